@@ -1,0 +1,1 @@
+"""DataBloom core library: envs, networks, quantization, actors, agents, replay, checkpoints."""

@@ -1,0 +1,1 @@
+"""DataBloom entry points (train, evaluate, ...) and thin executors."""
