@@ -1,0 +1,1 @@
+"""RL agents, one folder per algorithm."""

@@ -1,0 +1,114 @@
+"""DQNLearner: double DQN with n-step targets and a hard-updated target network.
+
+The learner trains in fp32 with TensorFlow (``tf.function`` steps); actors
+never import it. Its state (params, target params, Adam slots, counters) is a
+nested dict of numpy arrays for :class:`core.checkpoint.Checkpointer`.
+
+Example::
+
+    learner = DQNLearner(env_spec("CartPole-v1"), cfg.agent, seed=0)
+    metrics = learner.step(sampler.sample(64, rng))   # {"loss": ..., "q_mean": ...}
+    payload = quantizer.quantize(learner.policy_model, version=1)
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+import tensorflow as tf
+
+from core.agents.dqn.losses import huber, q_learning_targets
+from core.config import AgentConfig
+from core.envs import EnvSpec
+from core.networks import mlp
+
+
+class DQNLearner:
+    """One learner: online and target Q-networks plus Adam."""
+
+    def __init__(self, spec: EnvSpec, cfg: AgentConfig, seed: int = 0):
+        import keras
+        if not spec.discrete:
+            raise ValueError(f"DQN needs a discrete action space; {spec.env_id} is continuous")
+        self.cfg = cfg
+        keras.utils.set_random_seed(seed)
+        self.q = mlp(spec.obs_dim, cfg.hidden, spec.num_actions, name="q", seed=seed)
+        self.target = mlp(spec.obs_dim, cfg.hidden, spec.num_actions, name="q_target", seed=seed)
+        self.target.set_weights(self.q.get_weights())
+        self.optimizer = keras.optimizers.Adam(learning_rate=cfg.learning_rate,
+                                               global_clipnorm=cfg.max_grad_norm)
+        self.optimizer.build(self.q.trainable_variables)
+        self.num_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_steps")
+
+    @property
+    def policy_model(self):
+        """The network actors act with (quantized before broadcast)."""
+        return self.q
+
+    @tf.function(reduce_retracing=True)
+    def _train_step(self, obs, action, reward, discount, next_obs, weight):
+        q_next = self.q(next_obs)
+        q_next_target = self.target(next_obs)
+        target = tf.stop_gradient(q_learning_targets(q_next, q_next_target, reward, discount,
+                                                     self.cfg.double_q))
+        with tf.GradientTape() as tape:
+            q = self.q(obs)
+            q_taken = tf.gather(q, action, axis=-1, batch_dims=1)
+            td = target - q_taken
+            loss = tf.reduce_mean(weight * huber(td, self.cfg.huber_delta))
+        grads = tape.gradient(loss, self.q.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.q.trainable_variables))
+        self.num_steps.assign_add(1)
+        if self.num_steps % self.cfg.target_update_period == 0:
+            for t, s in zip(self.target.weights, self.q.weights):
+                t.assign(s)
+        return loss, td, tf.reduce_mean(q_taken)
+
+    def step(self, batch: Dict[str, np.ndarray]) -> Dict[str, Any]:
+        """One gradient step on an n-step batch from the replay sampler."""
+        obs = batch["observation"].reshape(len(batch["action"]), -1).astype(np.float32, copy=False)
+        next_obs = batch["next_observation"].reshape(obs.shape).astype(np.float32, copy=False)
+        loss, td, q_mean = self._train_step(
+            tf.constant(obs), tf.constant(batch["action"].astype(np.int32)),
+            tf.constant(batch["reward"], tf.float32), tf.constant(batch["discount"], tf.float32),
+            tf.constant(next_obs), tf.constant(batch.get("weight", np.ones_like(batch["reward"])), tf.float32))
+        return {"loss": float(loss), "q_mean": float(q_mean), "td_abs": np.abs(td.numpy())}
+
+    @property
+    def steps(self) -> int:
+        return int(self.num_steps.numpy())
+
+    # -- checkpoint state ----------------------------------------------------
+    def state(self) -> Dict[str, Dict[str, np.ndarray]]:
+        """Nested dict of host arrays: params, target_params, optimizer, counters."""
+        return {
+            "params": _named(self.q.weights),
+            "target_params": _named(self.target.weights),
+            "optimizer": {f"{i:03d}_{_clean(v.path)}": np.array(v) for i, v in enumerate(self.optimizer.variables)},
+            "counters": {"learner_steps": np.array(self.steps, np.int64)},
+        }
+
+    def restore(self, state: Dict[str, Dict[str, np.ndarray]]) -> None:
+        """Load a :meth:`state` dict (e.g. from ``Checkpointer.restore``)."""
+        _assign(self.q.weights, state["params"])
+        _assign(self.target.weights, state["target_params"])
+        opt = state.get("optimizer", {})
+        for i, v in enumerate(self.optimizer.variables):
+            key = f"{i:03d}_{_clean(v.path)}"
+            if key in opt:
+                v.assign(opt[key])
+        self.num_steps.assign(int(np.asarray(state["counters"]["learner_steps"])))
+
+
+def _clean(path: str) -> str:
+    return path.replace("/", ".")
+
+
+def _named(variables) -> Dict[str, np.ndarray]:
+    # Names without the model prefix, so q and q_target share keys.
+    return {_clean(v.path.split("/", 1)[-1]): np.array(v) for v in variables}
+
+
+def _assign(variables, values: Dict[str, np.ndarray]) -> None:
+    for v in variables:
+        v.assign(values[_clean(v.path.split("/", 1)[-1])])

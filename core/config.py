@@ -1,0 +1,338 @@
+"""Typed experiment configs: YAML -> dataclasses, ``--set`` overrides, validation.
+
+A config is a tree of frozen-free dataclasses. ``load_config`` reads YAML,
+applies ``key.sub=value`` overrides and builds the tree, rejecting unknown
+keys, wrong types, out-of-range values, unknown env ids and unknown algorithms
+with a one-line :class:`ConfigError` that names the key and the valid choices.
+The resolved config is saved as JSON/YAML in the run directory and in every
+checkpoint (``to_dict``).
+
+Example::
+
+    cfg = load_config("configs/default.yaml", overrides=["agent.n_step=5"])
+    cfg.agent.n_step           # 5
+    to_dict(cfg)["env"]["id"]  # "CartPole-v1"
+
+Threads: the machine this is tuned for has 2 cores shared by the learner
+(TensorFlow), the Dask workers (actors: LiteRT + envs) and I/O. ``threads``
+pins TF to 1 intra-op and 1 inter-op thread, LiteRT to 1 thread per actor,
+and the embedded Dask cluster to one single-threaded worker per core, so the
+processes share the cores instead of oversubscribing them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
+
+import yaml
+
+ALGORITHMS = ("dqn",)
+PRECISIONS = ("fp32", "fp16", "int8-dynamic", "int8-full")
+EXECUTORS = ("local", "dask")
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+DEFAULT_CONFIG = os.path.join(CONFIG_DIR, "default.yaml")
+
+
+class ConfigError(ValueError):
+    """An invalid config: the message is one line naming the key and valid choices."""
+
+
+@dataclasses.dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"
+    num_envs: int = 8                  # vectorized envs per actor task
+    max_episode_steps: Optional[int] = None
+
+
+@dataclasses.dataclass
+class EpsilonConfig:
+    """Linear epsilon-greedy schedule over env steps: start -> end over decay_steps."""
+    start: float = 1.0
+    end: float = 0.04
+    decay_steps: int = 8_000
+    eval: float = 0.0
+
+
+@dataclasses.dataclass
+class AgentConfig:
+    algo: Literal["dqn"] = "dqn"
+    hidden: List[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    gamma: float = 0.99
+    n_step: int = 3
+    double_q: bool = True
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    target_update_period: int = 100    # learner steps between hard target updates
+    huber_delta: float = 1.0
+    max_grad_norm: float = 10.0
+    epsilon: EpsilonConfig = dataclasses.field(default_factory=EpsilonConfig)
+
+
+@dataclasses.dataclass
+class ActorsConfig:
+    num_actors: int = 4                # concurrent actor tasks (each steps env.num_envs envs)
+    steps_per_task: int = 32           # vector steps per rollout task
+    precision: Literal["fp32", "fp16", "int8-dynamic", "int8-full"] = "int8-full"
+    broadcast_period: int = 250        # learner steps between policy versions
+    calibration_size: int = 512        # replay observations used to calibrate int8-full
+
+
+@dataclasses.dataclass
+class ReplayConfig:
+    capacity: int = 100_000            # transitions kept in the learner's cache (FIFO)
+    min_size: int = 1_000              # transitions before learning starts
+    shard_target_bytes: int = 4 << 20  # aggregate tasks into shards of about this size ...
+    shard_max_latency_s: float = 1.0   # ... or flush at least this often (learner freshness)
+    chunk_bytes: int = 2 << 20
+
+
+@dataclasses.dataclass
+class LearnerConfig:
+    replay_ratio: float = 0.5          # learner steps per env step (SB3 zoo: 128 per 256)
+    steps_per_call: int = 16           # learner steps between scheduling decisions
+
+
+@dataclasses.dataclass
+class CheckpointConfig:
+    every_steps: int = 2_000           # learner steps between checkpoints
+    keep_last: int = 3
+    keep_every: Optional[int] = None
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    every_env_steps: int = 4_000
+    episodes: int = 20
+    target_return: float = 475.0
+    stop_at_target: bool = True        # stop training once the best eval reaches target
+
+
+@dataclasses.dataclass
+class DaskConfig:
+    address: Optional[str] = None      # tcp://host:port joins a cluster; None starts a LocalCluster
+    n_workers: int = 0                 # 0 = one per core
+    threads_per_worker: int = 1
+    task_retries: int = 3
+
+
+@dataclasses.dataclass
+class ThreadsConfig:
+    tf_intra_op: int = 1
+    tf_inter_op: int = 1
+    litert: int = 1
+
+
+@dataclasses.dataclass
+class Config:
+    name: str = "cartpole-dqn"
+    seed: int = 0
+    total_env_steps: int = 60_000
+    executor: Literal["local", "dask"] = "dask"
+    run_dir: Optional[str] = None      # default runs/<name>
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    agent: AgentConfig = dataclasses.field(default_factory=AgentConfig)
+    actors: ActorsConfig = dataclasses.field(default_factory=ActorsConfig)
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    dask: DaskConfig = dataclasses.field(default_factory=DaskConfig)
+    threads: ThreadsConfig = dataclasses.field(default_factory=ThreadsConfig)
+
+
+# Range checks: key -> (predicate, description of the valid range).
+_RANGES: Dict[str, Tuple[Any, str]] = {
+    "total_env_steps": (lambda v: v > 0, "> 0"),
+    "env.num_envs": (lambda v: 1 <= v <= 4096, "1..4096"),
+    "agent.gamma": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "agent.n_step": (lambda v: 1 <= v <= 100, "1..100"),
+    "agent.learning_rate": (lambda v: 0.0 < v < 1.0, "0 < lr < 1"),
+    "agent.batch_size": (lambda v: v >= 1, ">= 1"),
+    "agent.target_update_period": (lambda v: v >= 1, ">= 1"),
+    "agent.hidden": (lambda v: len(v) >= 1 and all(h >= 1 for h in v), "non-empty list of widths >= 1"),
+    "agent.epsilon.start": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "agent.epsilon.end": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "agent.epsilon.eval": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "agent.epsilon.decay_steps": (lambda v: v >= 1, ">= 1"),
+    "actors.num_actors": (lambda v: v >= 1, ">= 1"),
+    "actors.steps_per_task": (lambda v: v >= 1, ">= 1"),
+    "actors.broadcast_period": (lambda v: v >= 1, ">= 1"),
+    "actors.calibration_size": (lambda v: v >= 1, ">= 1"),
+    "replay.capacity": (lambda v: v >= 1, ">= 1"),
+    "replay.min_size": (lambda v: v >= 1, ">= 1"),
+    "replay.shard_target_bytes": (lambda v: v >= 1024, ">= 1024"),
+    "replay.shard_max_latency_s": (lambda v: v > 0, "> 0"),
+    "replay.chunk_bytes": (lambda v: v >= 1024, ">= 1024"),
+    "learner.replay_ratio": (lambda v: v > 0, "> 0"),
+    "learner.steps_per_call": (lambda v: v >= 1, ">= 1"),
+    "checkpoint.every_steps": (lambda v: v >= 1, ">= 1"),
+    "checkpoint.keep_last": (lambda v: v >= 1, ">= 1"),
+    "eval.every_env_steps": (lambda v: v >= 1, ">= 1"),
+    "eval.episodes": (lambda v: v >= 1, ">= 1"),
+    "dask.n_workers": (lambda v: v >= 0, ">= 0 (0 = one per core)"),
+    "dask.threads_per_worker": (lambda v: v >= 1, ">= 1"),
+    "dask.task_retries": (lambda v: v >= 0, ">= 0"),
+    "threads.tf_intra_op": (lambda v: v >= 0, ">= 0 (0 = TF default)"),
+    "threads.tf_inter_op": (lambda v: v >= 0, ">= 0 (0 = TF default)"),
+    "threads.litert": (lambda v: v >= 1, ">= 1"),
+}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(tp)))
+    if origin in (list, List):
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", str(tp)).replace("NoneType", "null")
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against type ``tp``; return it converted (int -> float etc.)."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' must be a mapping, got {value!r}")
+        return _build(tp, value, key + ".")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"config key '{key}' = {value!r} is not valid; valid: {', '.join(map(str, choices))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError:
+                pass
+        raise ConfigError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}' must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"config key '{key}' must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{key}' must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"config key '{key}' has unsupported type {tp}")  # a bug in the schema
+
+
+def _build(cls: type, data: Dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in hints:
+            raise ConfigError(f"unknown config key '{prefix}{key}'; valid keys: {', '.join(names)}")
+        kwargs[key] = _coerce(prefix + key, value, hints[key])
+    return cls(**kwargs)
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse an override value with YAML rules (``3`` -> int, ``[1, 2]`` -> list)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
+    """Apply ``key.sub=value`` overrides to a nested dict (in place) and return it."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.sub=value")
+        key, text = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = data
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: '{p}' is not a section")
+        node[parts[-1]] = _parse_scalar(text)
+    return data
+
+
+def validate(cfg: Config) -> Config:
+    """Range checks and cross-field checks; raises ConfigError (one line)."""
+    for key, (ok, desc) in _RANGES.items():
+        if not ok(_get(cfg, key)):
+            raise ConfigError(f"config key '{key}' = {_get(cfg, key)!r} is out of range; valid: {desc}")
+    if cfg.agent.algo not in ALGORITHMS:
+        raise ConfigError(f"config key 'agent.algo' = {cfg.agent.algo!r} is unknown; valid: {', '.join(ALGORITHMS)}")
+    from core.envs import check_env_id  # local import: envs imports gymnasium
+    check_env_id(cfg.env.id)
+    return cfg
+
+
+def _get(cfg: Any, key: str) -> Any:
+    for p in key.split("."):
+        cfg = getattr(cfg, p)
+    return cfg
+
+
+def flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def from_dict(data: Dict[str, Any]) -> Config:
+    """Build and validate a Config from a (possibly partial) nested dict."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping at top level, got {type(data).__name__}")
+    return validate(_build(Config, data))
+
+
+def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> Config:
+    """Load YAML at ``path`` (default configs/default.yaml), apply overrides, validate."""
+    path = path or DEFAULT_CONFIG
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} does not exist; configs ship in {CONFIG_DIR}")
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {path!r} is not valid YAML{where}") from None
+    return from_dict(apply_overrides(data, overrides))
+
+
+def to_dict(cfg: Any) -> Dict[str, Any]:
+    """The config as plain JSON-able data."""
+    return dataclasses.asdict(cfg)
+
+
+def to_json(cfg: Any) -> str:
+    return json.dumps(to_dict(cfg), indent=2, sort_keys=True)

@@ -1,0 +1,224 @@
+"""The actor loop: ``num_envs`` vectorized envs x a LiteRT policy -> TrajectoryBatch.
+
+A rollout task steps the envs of one actor for ``num_steps`` vector steps
+with the (quantized) policy it was given and returns a
+:class:`~core.trajectory.TrajectoryBatch` plus small stats. Actors hold env
+state between tasks, in a registry local to the worker process, so that
+episodes continue across tasks (and therefore across replay shards).
+
+Retries are harmless: everything a task produces is a deterministic function
+of ``(seed, actor_id, task_index)`` and the actor's env state. If a task is
+retried on a worker that does not hold the actor's state (its worker died),
+the actor is rebuilt from seeds and starts new episodes; episode ids stay
+unique because an episode started in task ``k`` gets the counter
+``(k << 10) | i`` (see :func:`core.trajectory.make_episode_id`).
+
+Example::
+
+    spec = ActorSpec(run_id="r", env_id="CartPole-v1", num_envs=8, seed=0, actor_id=0)
+    result = run_rollout_task(spec, payload, task_index=0, num_steps=32, epsilon=0.1)
+    result.batch.reward.shape   # (32, 8)
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from core.envs import make_vector_env
+from core.trajectory import TrajectoryBatch, make_episode_id
+
+#: Episodes an env may start within one task before ids could collide.
+_EPISODES_PER_TASK = 1 << 10
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorSpec:
+    """Everything needed to (re)build one actor on any worker."""
+    run_id: str
+    env_id: str
+    num_envs: int
+    seed: int
+    actor_id: int
+    max_episode_steps: Optional[int] = None
+    litert_threads: int = 1
+
+
+@dataclasses.dataclass
+class RolloutStats:
+    actor_id: int
+    task_index: int
+    env_steps: int
+    policy_version: int
+    episode_returns: List[float]
+    episode_lengths: List[int]
+    seconds: float
+    inference_seconds: float
+    worker: str
+
+
+@dataclasses.dataclass
+class RolloutResult:
+    batch: TrajectoryBatch
+    stats: RolloutStats
+
+
+def epsilon_greedy(q_values: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Greedy actions, each replaced by a uniform one with probability ``epsilon``."""
+    greedy = np.argmax(q_values, axis=-1)
+    if epsilon <= 0.0:
+        return greedy.astype(np.int64)
+    explore = rng.random(greedy.shape[0]) < epsilon
+    random = rng.integers(q_values.shape[-1], size=greedy.shape[0])
+    return np.where(explore, random, greedy).astype(np.int64)
+
+
+class ActorState:
+    """Env state of one actor, persisted between its tasks on one worker."""
+
+    def __init__(self, spec: ActorSpec, task_index: int):
+        self.spec = spec
+        # Seeds depend on the task the actor is (re)built at, so a rebuilt
+        # actor does not replay the episodes its lost predecessor played.
+        self.envs, self.obs = make_vector_env(spec.env_id, spec.num_envs,
+                                              seed=_env_seed(spec, task_index),
+                                              max_episode_steps=spec.max_episode_steps)
+        e = spec.num_envs
+        self.streams = spec.actor_id * e + np.arange(e, dtype=np.int64)
+        self.obs_terminated = np.zeros(e, bool)
+        self.obs_truncated = np.zeros(e, bool)
+        self.step = np.zeros(e, np.int32)
+        self.episode_id = make_episode_id(self.streams, np.int64(task_index) << 10)
+        self.started_in_task = np.ones(e, np.int64)   # episodes started in `counted_task`
+        self.counted_task = task_index
+        self.episode_return = np.zeros(e, np.float64)
+        self.next_task = task_index
+        self.policy = None
+
+    def set_policy(self, payload) -> None:
+        from core.policy import LiteRTPolicy  # actors import LiteRT, never TF
+        if self.policy is None:
+            self.policy = LiteRTPolicy(payload, batch_size=self.spec.num_envs,
+                                       num_threads=self.spec.litert_threads)
+        elif self.policy.version != payload.version:
+            self.policy.update(payload)
+
+
+def _env_seed(spec: ActorSpec, task_index: int) -> int:
+    return int(np.random.SeedSequence([spec.seed, spec.actor_id, task_index]).generate_state(1)[0] % (2**31 - 1))
+
+
+def rollout(state: ActorState, payload, task_index: int, num_steps: int,
+            epsilon: float) -> RolloutResult:
+    """Step ``state``'s envs for ``num_steps`` with ``payload``'s policy (epsilon-greedy)."""
+    spec = state.spec
+    state.set_policy(payload)
+    rng = np.random.default_rng([spec.seed, spec.actor_id, task_index, 1])
+    e, t = spec.num_envs, num_steps
+    obs_buf = np.empty((t, e) + state.obs.shape[1:], state.obs.dtype)
+    act_buf = np.zeros((t, e), np.int64)
+    rew_buf = np.zeros((t, e), np.float32)
+    term_buf = np.zeros((t, e), bool)
+    trunc_buf = np.zeros((t, e), bool)
+    ep_buf = np.zeros((t, e), np.int64)
+    step_buf = np.zeros((t, e), np.int32)
+    returns: List[float] = []
+    lengths: List[int] = []
+    if state.counted_task != task_index:
+        state.started_in_task[:] = 0
+        state.counted_task = task_index
+    infer_s = 0.0
+    start = time.perf_counter()
+    for i in range(t):
+        obs = state.obs
+        last = state.obs_terminated | state.obs_truncated
+        t0 = time.perf_counter()
+        q = state.policy(obs.reshape(e, -1).astype(np.float32, copy=False))
+        infer_s += time.perf_counter() - t0
+        action = epsilon_greedy(q, epsilon, rng)
+        obs_buf[i] = obs
+        act_buf[i] = np.where(last, 0, action)
+        term_buf[i] = state.obs_terminated
+        trunc_buf[i] = state.obs_truncated
+        ep_buf[i] = state.episode_id
+        step_buf[i] = state.step
+        next_obs, reward, terminated, truncated, _ = state.envs.step(action)
+        rew_buf[i] = np.where(last, 0.0, reward)
+        # Bookkeeping for the rows the next step will write.
+        state.episode_return += np.where(last, 0.0, reward)
+        ended = (terminated | truncated) & ~last
+        for j in np.flatnonzero(ended):
+            returns.append(float(state.episode_return[j]))
+            lengths.append(int(state.step[j]) + 1)
+        if last.any():  # envs that just reset start a new episode
+            counter = (np.int64(task_index) << 10) | state.started_in_task
+            if (state.started_in_task[last] >= _EPISODES_PER_TASK).any():
+                raise RuntimeError("more than 1024 episodes started in one task; lower steps_per_task")
+            state.episode_id = np.where(last, make_episode_id(state.streams, counter), state.episode_id)
+            state.started_in_task += last
+            state.episode_return[last] = 0.0
+        state.step = np.where(last, 0, state.step + 1).astype(np.int32)
+        state.obs_terminated = np.where(last, False, terminated)
+        state.obs_truncated = np.where(last, False, truncated)
+        state.obs = next_obs
+    seconds = time.perf_counter() - start
+    batch = TrajectoryBatch(
+        observation=obs_buf, action=act_buf, reward=rew_buf,
+        discount=np.where(term_buf, 0.0, 1.0).astype(np.float32),
+        terminated=term_buf, truncated=trunc_buf, episode_id=ep_buf, step=step_buf,
+        policy_version=np.full((t, e), payload.version, np.int64),
+        env_id=spec.env_id, actor_id=spec.actor_id,
+        task_id=f"a{spec.actor_id:04d}-t{task_index:07d}", seed=spec.seed)
+    stats = RolloutStats(spec.actor_id, task_index, t * e, payload.version, returns, lengths,
+                         seconds, infer_s, _worker_name())
+    return RolloutResult(batch, stats)
+
+
+# Worker-local registry of actor states: (run_id, actor_id) -> ActorState.
+_ACTORS: Dict[Tuple[str, int], ActorState] = {}
+_ACTORS_LOCK = threading.Lock()
+
+
+def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
+                     epsilon: float) -> RolloutResult:
+    """The rollout stage as a schedulable task (any executor).
+
+    Reuses the actor's env state if this worker holds it at the right task
+    index; otherwise rebuilds the actor (first task, or a retry elsewhere).
+    A task that fails drops the actor's state, so a retry starts clean.
+    """
+    key = (spec.run_id, spec.actor_id)
+    with _ACTORS_LOCK:
+        state = _ACTORS.get(key)
+        if state is None or state.next_task != task_index or state.spec != spec:
+            state = ActorState(spec, task_index)
+            _ACTORS[key] = state
+    try:
+        result = rollout(state, payload, task_index, num_steps, epsilon)
+    except BaseException:
+        with _ACTORS_LOCK:
+            _ACTORS.pop(key, None)
+        raise
+    state.next_task = task_index + 1
+    return result
+
+
+def release_actors(run_id: str) -> int:
+    """Drop every actor state of ``run_id`` held by this process; returns how many."""
+    with _ACTORS_LOCK:
+        keys = [k for k in _ACTORS if k[0] == run_id]
+        for k in keys:
+            _ACTORS.pop(k).envs.close()
+    return len(keys)
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"pid{os.getpid()}"
