@@ -1,0 +1,131 @@
+"""Write engines (tensorstore, zarr-python) and the checksum-aware reader.
+
+Both engines write the same zarr v3 array format: ``bytes`` (little endian)
+-> ``zstd`` -> ``crc32c``, a regular chunk grid and the default ``c/i/j``
+chunk keys. Only array nodes are written here; the Checkpointer writes the
+group documents, so no engine can create the commit marker early.
+
+* :class:`TensorstoreWriter` is used for local paths. tensorstore encodes
+  and writes chunks on its own C++ thread pools (no GIL), sized by
+  ``max_workers``; on the dev machine it writes 1.6x faster than zarr-python
+  with 2 threads (benchmarks/checkpoint_bench.py) and fsyncs every chunk.
+* :class:`ZarrWriter` is used for fsspec URLs (``memory://``, ``gs://``,
+  ``s3://``): tensorstore cannot write through an fsspec filesystem, and
+  its own ``memory://`` is not fsspec's. Variables go to a thread pool;
+  zarr-python writes the chunks of one array concurrently.
+
+Each array is created at a store rooted at the array itself. zarr-python
+would otherwise create all missing parent groups (``ensure_parents``),
+including the step's ``zarr.json``, which is the commit marker.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Sequence, Tuple
+
+import numpy as np
+import tensorstore as ts
+import zarr
+from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
+
+from .layout import CheckpointError
+
+#: (array location, data, chunk shape) for one variable.
+ArrayJob = Tuple[str, np.ndarray, Tuple[int, ...]]
+
+
+def codecs_json(dtype: np.dtype, zstd_level: int) -> list:
+    bytes_codec = ({"name": "bytes"} if dtype.itemsize == 1 else
+                   {"name": "bytes", "configuration": {"endian": "little"}})
+    return [bytes_codec, {"name": "zstd", "configuration": {"level": zstd_level, "checksum": False}},
+            {"name": "crc32c"}]
+
+
+class TensorstoreWriter:
+    """Writes arrays to local directories with tensorstore's zarr3 driver."""
+
+    def __init__(self, max_workers: int, zstd_level: int):
+        self.zstd_level = zstd_level
+        # data_copy_concurrency bounds the encode (zstd + crc32c) threads.
+        self.context = ts.Context({"data_copy_concurrency": {"limit": max_workers},
+                                   "file_io_concurrency": {"limit": max_workers}})
+
+    def write(self, jobs: Sequence[ArrayJob]) -> None:
+        opens = [ts.open(self._spec(path, arr, chunks), create=True, delete_existing=True,
+                         context=self.context) for path, arr, chunks in jobs]
+        writes = [o.result().write(arr) for o, (_, arr, _) in zip(opens, jobs)]
+        for w in writes:
+            w.result()
+
+    def _spec(self, path: str, arr: np.ndarray, chunks: Tuple[int, ...]) -> dict:
+        return {"driver": "zarr3", "kvstore": {"driver": "file", "path": path + "/"},
+                "metadata": {"shape": list(arr.shape), "data_type": arr.dtype.name,
+                             "chunk_grid": {"name": "regular",
+                                            "configuration": {"chunk_shape": list(chunks)}},
+                             "codecs": codecs_json(arr.dtype, self.zstd_level)}}
+
+
+class ZarrWriter:
+    """Writes arrays to any fsspec URL (or local path) with zarr-python."""
+
+    def __init__(self, max_workers: int, zstd_level: int):
+        self.zstd_level = zstd_level
+        self.pool = ThreadPoolExecutor(max_workers, thread_name_prefix="ckpt-zarr")
+
+    def write(self, jobs: Sequence[ArrayJob]) -> None:
+        for f in [self.pool.submit(self._write_one, *job) for job in jobs]:
+            f.result()
+
+    def _write_one(self, url: str, arr: np.ndarray, chunks: Tuple[int, ...]) -> None:
+        z = zarr.create_array(store=url, shape=arr.shape, dtype=arr.dtype, chunks=chunks,
+                              serializer=BytesCodec(),
+                              compressors=[ZstdCodec(level=self.zstd_level), Crc32cCodec()],
+                              filters=None, fill_value=0, overwrite=True, zarr_format=3)
+        z[...] = arr
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def open_reader_store(url: str, local_root: str | None):
+    """A read-only zarr store rooted at the checkpoint directory."""
+    if local_root is not None:
+        return zarr.storage.LocalStore(local_root, read_only=True)
+    return zarr.storage.FsspecStore.from_url(url, read_only=True)
+
+
+def read_array(store, step: int, step_dir: str, var: str, index=None) -> np.ndarray:
+    """``var[index]`` of one step; a corrupt chunk raises a CheckpointError naming it."""
+    try:
+        z = zarr.open_array(store=store, path=f"{step_dir}/{var}", mode="r", zarr_format=3)
+    except Exception as e:  # noqa: BLE001 - missing or unreadable metadata
+        raise CheckpointError(f"step {step}: cannot open variable {var!r}: {e}") from None
+    try:
+        return np.asarray(z[...] if index is None else z[index])
+    except (IndexError, TypeError) as e:
+        raise CheckpointError(f"step {step}, variable {var!r} with shape {z.shape}: "
+                              f"bad index {index!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - decoding failed: find the chunk to blame
+        chunk = _find_bad_chunk(z)
+        where = f"chunk {chunk!r}" if chunk else "a chunk"
+        raise CheckpointError(
+            f"checksum/decode failure in step {step}, variable {var!r}, {where} "
+            f"({step_dir}/{var}/{chunk or 'c/...'}): {type(e).__name__}: {e}") from None
+
+
+def _find_bad_chunk(z: zarr.Array) -> str | None:
+    """The key (``c/1/0``) of the first chunk that fails to decode, scanning chunk by chunk."""
+    for coords in np.ndindex(*z.cdata_shape):
+        try:
+            z.get_block_selection(coords)
+        except Exception:  # noqa: BLE001 - any decode failure marks the chunk
+            return "/".join(["c", *map(str, coords)])
+    return None
+
+
+def close_writer(writer) -> None:
+    if hasattr(writer, "close"):
+        writer.close()
+
+
+__all__: List[str] = ["TensorstoreWriter", "ZarrWriter", "read_array", "open_reader_store"]
