@@ -86,7 +86,8 @@ class ReplayConfig:
     capacity: int = 100_000            # transitions kept in the learner's cache (FIFO)
     min_size: int = 1_000              # transitions before learning starts
     shard_target_bytes: int = 4 << 20  # aggregate tasks into shards of about this size ...
-    shard_max_latency_s: float = 1.0   # ... or flush at least this often (learner freshness)
+    shard_max_rows: int = 0            # ... or flush after this many rows (learner freshness);
+                                       # 0 = one round of tasks (num_actors x num_envs x steps), >= 512
     chunk_bytes: int = 2 << 20
 
 
@@ -165,7 +166,7 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "replay.capacity": (lambda v: v >= 1, ">= 1"),
     "replay.min_size": (lambda v: v >= 1, ">= 1"),
     "replay.shard_target_bytes": (lambda v: v >= 1024, ">= 1024"),
-    "replay.shard_max_latency_s": (lambda v: v > 0, "> 0"),
+    "replay.shard_max_rows": (lambda v: v >= 0, ">= 0 (0 = auto)"),
     "replay.chunk_bytes": (lambda v: v >= 1024, ">= 1024"),
     "learner.replay_ratio": (lambda v: v > 0, "> 0"),
     "learner.steps_per_call": (lambda v: v >= 1, ">= 1"),
@@ -233,6 +234,11 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"config key '{key}' must be an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads '3e-4' (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
         return float(value)

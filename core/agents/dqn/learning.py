@@ -84,7 +84,7 @@ class DQNLearner:
         return {
             "params": _named(self.q.weights),
             "target_params": _named(self.target.weights),
-            "optimizer": {f"{i:03d}_{_clean(v.path)}": np.array(v) for i, v in enumerate(self.optimizer.variables)},
+            "optimizer": {f"{i:03d}_{_clean(v.path)}": np.array(v.numpy()) for i, v in enumerate(self.optimizer.variables)},
             "counters": {"learner_steps": np.array(self.steps, np.int64)},
         }
 
@@ -106,7 +106,7 @@ def _clean(path: str) -> str:
 
 def _named(variables) -> Dict[str, np.ndarray]:
     # Names without the model prefix, so q and q_target share keys.
-    return {_clean(v.path.split("/", 1)[-1]): np.array(v) for v in variables}
+    return {_clean(v.path.split("/", 1)[-1]): np.array(v.numpy()) for v in variables}
 
 
 def _assign(variables, values: Dict[str, np.ndarray]) -> None:

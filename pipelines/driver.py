@@ -1,0 +1,435 @@
+"""The training driver: one loop that schedules stages on any executor.
+
+The loop keeps ``num_actors`` rollout tasks in flight, aggregates their
+results into replay shards, commits them, and trains the learner on
+committed replay at a fixed replay ratio, broadcasting a new quantized policy
+version every ``broadcast_period`` learner steps::
+
+    while env_steps < total:
+        finished rollouts -> stats, resubmit the actor with the latest policy ref
+        pending rollouts big enough      -> write_shard task (deterministic id)
+        finished shard writes            -> one commit entry -> learner cache refresh
+        learner behind replay_ratio      -> learn_stage(steps_per_call)
+        every broadcast_period steps     -> quantize (async) -> executor.broadcast
+        every eval.every_env_steps       -> evaluation task; keep the best version
+        every checkpoint.every_steps     -> async checkpoint (learner + loop state)
+
+With the local executor every submit runs at once, in order, so a run is
+deterministic for a seed. With Dask the same calls overlap: actors keep
+stepping while the learner trains.
+
+Actors are throttled when they run ahead of the learner (env steps beyond
+``learner_steps / replay_ratio`` plus one round of slack), and the learner
+waits for data when it is ahead, so the replay ratio holds on any machine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections import deque
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from core import config as config_lib
+from core import urls
+from core.agents.dqn.actor import LinearEpsilon
+from core.metrics import MetricsLogger
+from core.rollout import ActorSpec
+from pipelines import stages
+
+def _process_start() -> float:
+    """Wall-clock time this process started (time-to-target counts from here)."""
+    try:
+        import psutil
+        return psutil.Process().create_time()
+    except ImportError:
+        return _IMPORT_TIME
+
+
+_IMPORT_TIME = time.time()
+
+
+def configure_threads(cfg) -> None:
+    """Pin TensorFlow's thread pools before TF creates them (see core.config)."""
+    import tensorflow as tf
+    try:
+        if cfg.threads.tf_intra_op:
+            tf.config.threading.set_intra_op_parallelism_threads(cfg.threads.tf_intra_op)
+        if cfg.threads.tf_inter_op:
+            tf.config.threading.set_inter_op_parallelism_threads(cfg.threads.tf_inter_op)
+    except RuntimeError:
+        pass  # already initialized in this process (e.g. a second run in tests)
+
+
+@dataclasses.dataclass
+class LoopState:
+    """Driver counters, checkpointed with the learner so --resume continues."""
+    env_steps: int = 0
+    next_task: List[int] = dataclasses.field(default_factory=list)
+    shard_seq: int = 0
+    policy_version: int = 0
+    best_return: float = -float("inf")
+    best_version: int = -1
+    episodes: int = 0
+    time_to_target_s: Optional[float] = None
+    env_steps_to_target: Optional[int] = None
+
+
+class Trainer:
+    """One training run (see module docstring). ``run()`` returns the summary dict."""
+
+    def __init__(self, cfg, run_dir: str, executor, progress: bool = True, resume: bool = False):
+        self.cfg = cfg
+        self.run_dir = urls.normalize(run_dir)
+        self.executor = executor
+        self.progress = progress
+        self.resume = resume
+        self.run_id = f"{cfg.name}-{cfg.seed}-{abs(hash(self.run_dir)) % 10**8}"
+
+    # -- setup ---------------------------------------------------------------
+    def _setup(self) -> None:
+        from core.agents.dqn.learning import DQNLearner
+        from core.checkpoint import Checkpointer
+        from core.envs import env_spec
+        from core.quantize import AsyncQuantizer, PolicyQuantizer
+        from core.replay import NStepSampler, ReplayCache, ReplayStore
+
+        cfg = self.cfg
+        configure_threads(cfg)
+        if getattr(self.executor, "deterministic", False):
+            import tensorflow as tf
+            tf.config.experimental.enable_op_determinism()
+        fs, path = urls.resolve(self.run_dir)
+        fs.makedirs(path, exist_ok=True)
+        with fs.open(f"{path}/config.json", "w") as f:
+            f.write(config_lib.to_json(cfg))
+        self.spec = env_spec(cfg.env.id)
+        self.store_url = urls.join(self.run_dir, "replay")
+        self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id)
+        self.ckpt = Checkpointer(urls.join(self.run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
+                                 keep_every=cfg.checkpoint.keep_every)
+        self.best_ckpt = Checkpointer(urls.join(self.run_dir, "best"), keep_last=1)
+        self.learner = DQNLearner(self.spec, cfg.agent, seed=cfg.seed)
+        self.cache = ReplayCache(self.store, max_transitions=cfg.replay.capacity)
+        self.sampler = NStepSampler(self.cache, n=cfg.agent.n_step, gamma=cfg.agent.gamma)
+        self.quantizer = PolicyQuantizer(cfg.actors.precision)
+        self.async_quantizer = None
+        if not getattr(self.executor, "deterministic", False):
+            self.async_quantizer = AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
+        self.epsilon = LinearEpsilon(cfg.agent.epsilon.start, cfg.agent.epsilon.end, cfg.agent.epsilon.decay_steps)
+        self.rng = np.random.default_rng([cfg.seed, 7])
+        self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
+        if self.resume:
+            self._restore()
+        self.log = MetricsLogger(self.run_dir)
+        self.log.write("config", step=0, config=config_lib.to_dict(cfg))
+        self.actor_specs = [ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
+                                      cfg.env.max_episode_steps, cfg.threads.litert)
+                            for a in range(cfg.actors.num_actors)]
+
+    def _restore(self) -> None:
+        step = self.ckpt.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"--resume: no complete checkpoint under {urls.join(self.run_dir, 'checkpoints')}")
+        state, meta = self.ckpt.restore(step)
+        self.learner.restore(state["learner"])
+        loop = json.loads(meta["loop"])
+        self.loop = LoopState(**loop)
+        # Shards committed after the checkpoint keep their ids: continue after them.
+        committed = [s.shard_id if hasattr(s, "shard_id") else s.id for s in self.store.snapshot().shards]
+        seqs = [int(s[1:]) for s in committed if s.startswith("s") and s[1:].isdigit()]
+        self.loop.shard_seq = max([self.loop.shard_seq] + [q + 1 for q in seqs])
+        if len(self.loop.next_task) < self.cfg.actors.num_actors:
+            self.loop.next_task += [0] * (self.cfg.actors.num_actors - len(self.loop.next_task))
+        self.cache.refresh()
+
+    # -- policy versions ------------------------------------------------------
+    def _calibration_obs(self) -> Optional[np.ndarray]:
+        if self.cfg.actors.precision != "int8-full":
+            return None
+        n = self.cfg.actors.calibration_size
+        if self.cache.size >= n:
+            obs = self.sampler.sample(n, self.rng)["observation"]
+        else:  # before any replay: observations from a short random-action rollout
+            from core.envs import make_vector_env
+            envs, o = make_vector_env(self.cfg.env.id, 8, self.cfg.seed + 999)
+            rows = [o]
+            while sum(len(r) for r in rows) < n:
+                o, *_ = envs.step(envs.action_space.sample())
+                rows.append(o)
+            envs.close()
+            obs = np.concatenate(rows)[:n]
+        return obs.reshape(len(obs), -1).astype(np.float32)
+
+    def _new_version(self, blocking: bool) -> None:
+        """Quantize the learner's policy as the next version and broadcast it."""
+        version = max(self.loop.policy_version, max(self.version_params, default=0)) + 1
+        self.version_params[version] = self.learner.state()["params"]
+        calib = self._calibration_obs()
+        if self.async_quantizer is not None and not blocking:
+            self.async_quantizer.submit(self.learner.policy_model, version, calib)
+            return
+        payload = self.quantizer.quantize(self.learner.policy_model, version=version, calibration_obs=calib)
+        self._publish(payload)
+
+    def _publish(self, payload) -> None:
+        self.payload = payload
+        self.payload_ref = self.executor.broadcast(payload)
+        self.loop.policy_version = payload.version
+        self.version_time[payload.version] = time.time()
+        for v in [v for v in self.version_params if v < payload.version - 8 and v != self.loop.best_version]:
+            del self.version_params[v]
+        self.log.write("broadcast", step=self.learner.steps, version=payload.version,
+                       payload_bytes=payload.nbytes, convert_seconds=payload.convert_seconds,
+                       precision=payload.precision)
+
+    def _poll_async_version(self) -> None:
+        if self.async_quantizer is None:
+            return
+        payload = self.async_quantizer.latest()
+        if payload is not None and payload.version > self.loop.policy_version:
+            self._publish(payload)
+
+    # -- main loop --------------------------------------------------------------
+    def run(self) -> Dict[str, Any]:
+        self._setup()
+        cfg = self.cfg
+        self.version_time: Dict[int, float] = {}
+        self.version_params: Dict[int, Any] = {}
+        self._new_version(blocking=True)
+        start = time.time()
+        in_flight: Dict[Any, int] = {}
+        pending: List[Any] = []          # finished rollout futures not yet in a shard
+        pending_rows = 0
+        pending_bytes = 0
+        writes: deque = deque()          # (shard_id, future) in submission order
+        evals: List[Any] = []
+        recent_returns: deque = deque(maxlen=20)
+        committed_env_steps = self.cache.size if self.resume else 0
+        submitted_steps = self.loop.env_steps
+        steps_per_task = cfg.env.num_envs * cfg.actors.steps_per_task
+        next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
+        last_ckpt_step = self.learner.steps
+        last_broadcast_step = self.learner.steps
+        lags: deque = deque(maxlen=50)
+        stop = False
+        bar = self._progress_bar()
+        t_log = time.time()
+
+        def submit_actor(a: int) -> None:
+            nonlocal submitted_steps
+            k = self.loop.next_task[a]
+            self.loop.next_task[a] += 1
+            eps = self.epsilon(submitted_steps)
+            fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], self.payload_ref, k,
+                                       cfg.actors.steps_per_task, eps, key=f"rollout-{self.run_id}-a{a}-t{k}",
+                                       actor=a)
+            in_flight[fut] = a
+            submitted_steps += steps_per_task
+
+        def actors_may_run() -> bool:
+            if stop or submitted_steps >= cfg.total_env_steps:
+                return False
+            if committed_env_steps < cfg.replay.min_size:
+                return True
+            allowed = self.learner.steps / cfg.learner.replay_ratio + steps_per_task * cfg.actors.num_actors
+            return submitted_steps < allowed + cfg.replay.min_size
+
+        idle = list(range(cfg.actors.num_actors))
+        while True:
+            # 1. (re)submit idle actors the learner can afford.
+            while idle and actors_may_run():
+                submit_actor(idle.pop(0))
+            # 2. collect finished rollouts.
+            can_learn = (self.cache.size >= cfg.replay.min_size and
+                         self.learner.steps < cfg.learner.replay_ratio * committed_env_steps)
+            done = self.executor.wait(list(in_flight), timeout=0 if can_learn else 0.05)
+            for fut in done:
+                a = in_flight.pop(fut)
+                stats = fut.result().stats
+                self.loop.env_steps += stats.env_steps
+                self.loop.episodes += len(stats.episode_returns)
+                recent_returns.extend(stats.episode_returns)
+                lags.append((self.loop.policy_version - stats.policy_version,
+                             time.time() - self.version_time.get(stats.policy_version, time.time())))
+                pending.append(fut)
+                pending_rows += stats.env_steps
+                pending_bytes += fut.result().batch.nbytes
+                idle.append(a)
+                if bar is not None:
+                    bar.update(stats.env_steps)
+            # 3. aggregate into a shard when big enough (or the run is ending).
+            ending = not in_flight and not actors_may_run()
+            if pending and (pending_bytes >= cfg.replay.shard_target_bytes
+                            or pending_rows >= self._flush_rows() or ending):
+                shard_id = stages.shard_id_for(self.loop.shard_seq)
+                self.loop.shard_seq += 1
+                writes.append((shard_id, self.executor.submit(stages.write_shard_stage, self.store_url, shard_id,
+                                                              list(pending), key=f"write-{self.run_id}-{shard_id}")))
+                pending, pending_rows, pending_bytes = [], 0, 0
+            # 4. commit finished writes, in order, in one log entry.
+            ready = []
+            while writes and writes[0][1].done():
+                shard_id, fut = writes.popleft()
+                ready.append(fut.result())
+            if ready:
+                version = stages.commit_stage(self.store, [r["shard_id"] for r in ready],
+                                              meta={"policy_version": self.loop.policy_version})
+                self.cache.refresh()
+                committed_env_steps += sum(r["rows"] for r in ready)
+                self.log.write("commit", step=self.loop.env_steps, log_version=version,
+                               shards=len(ready), rows=sum(r["rows"] for r in ready),
+                               bytes=sum(r["nbytes"] for r in ready))
+            # 5. learn while behind the replay ratio.
+            if self.cache.size >= cfg.replay.min_size:
+                budget = int(cfg.learner.replay_ratio * committed_env_steps) - self.learner.steps
+                if budget > 0:
+                    n = min(budget, cfg.learner.steps_per_call)
+                    t0 = time.time()
+                    m = stages.learn_stage(self.learner, self.sampler, n, cfg.agent.batch_size, self.rng)
+                    if self.learner.steps % 500 < n:
+                        self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"],
+                                       steps_per_s=n / max(time.time() - t0, 1e-9))
+            # 6. policy versions.
+            self._poll_async_version()
+            if self.learner.steps - last_broadcast_step >= cfg.actors.broadcast_period:
+                last_broadcast_step = self.learner.steps
+                self._new_version(blocking=False)
+            # 7. evaluation: keep the best version; stop at the target.
+            if self.loop.env_steps >= next_eval and self.learner.steps > 0:
+                next_eval += cfg.eval.every_env_steps
+                evals.append(self.executor.submit(
+                    stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
+                    cfg.seed + 100_000 + len(evals), cfg.env.max_episode_steps,
+                    key=f"eval-{self.run_id}-v{self.loop.policy_version}-{len(evals)}"))
+            for fut in [f for f in evals if f.done()]:
+                evals.remove(fut)
+                stop |= self._on_evaluation(fut.result(), start)
+            # 8. checkpoints.
+            if self.learner.steps - last_ckpt_step >= cfg.checkpoint.every_steps:
+                last_ckpt_step = self.learner.steps
+                self._checkpoint()
+            # 9. progress.
+            if bar is not None and time.time() - t_log > 0.5:
+                t_log = time.time()
+                bar.set_postfix(self._postfix(start, recent_returns, lags), refresh=False)
+            if ending and not writes and not pending and not in_flight:
+                if evals and not stop:  # the last evaluations decide the best version
+                    self.executor.wait(evals, timeout=60)
+                    continue
+                break
+        if bar is not None:
+            bar.close()
+        for fut in evals:
+            try:
+                self._on_evaluation(fut.result(), start)
+            except Exception:  # a final eval lost with the cluster does not fail the run
+                pass
+        for fut in in_flight:
+            fut.cancel()
+        self._checkpoint()
+        self.ckpt.wait()
+        summary = self._finish(start, lags)
+        self.ckpt.close()
+        self.best_ckpt.close()
+        if self.async_quantizer is not None:
+            self.async_quantizer.close()
+        self.log.close()
+        return summary
+
+    def _flush_rows(self) -> int:
+        # Freshness bound, deterministic (row-based, not time-based) so that the
+        # local executor stays reproducible: small envs give small shards early on.
+        if self.cfg.replay.shard_max_rows:
+            return self.cfg.replay.shard_max_rows
+        per_task = self.cfg.env.num_envs * self.cfg.actors.steps_per_task
+        return max(per_task * self.cfg.actors.num_actors, 512)
+
+    def _on_evaluation(self, result: Dict[str, Any], start: float) -> bool:
+        cfg = self.cfg
+        self.log.write("eval", step=self.loop.env_steps, version=result["version"], mean=result["mean"],
+                       std=result["std"], min=result["min"], wall_s=time.time() - _process_start())
+        if result["mean"] > self.loop.best_return:
+            self.loop.best_return = result["mean"]
+            self.loop.best_version = result["version"]
+            params = self.version_params.get(result["version"])
+            if params is not None:
+                self.best_ckpt.save(result["version"], {"params": params},
+                                    metadata={"eval": json.dumps(result), "config": config_lib.to_json(cfg)})
+        if result["mean"] >= cfg.eval.target_return and self.loop.time_to_target_s is None:
+            self.loop.time_to_target_s = time.time() - _process_start()
+            self.loop.env_steps_to_target = self.loop.env_steps
+        return bool(cfg.eval.stop_at_target and result["mean"] >= cfg.eval.target_return)
+
+    def _checkpoint(self) -> None:
+        self.ckpt.save(self.learner.steps, {"learner": self.learner.state()},
+                       metadata={"loop": json.dumps(dataclasses.asdict(self.loop)),
+                                 "replay_log_version": int(self.store.latest_version()),
+                                 "config": config_lib.to_json(self.cfg)})
+
+    # -- end of run -------------------------------------------------------------
+    def _finish(self, start: float, lags) -> Dict[str, Any]:
+        """Evaluate the best (or final) policy at fp32 and at the actors' precision."""
+        from core.evaluation import evaluate_payload
+        from core.quantize import PolicyQuantizer
+        cfg = self.cfg
+        self.best_ckpt.wait()
+        if self.best_ckpt.latest_step() is not None and self.loop.best_version >= 0:
+            state, _ = self.best_ckpt.restore(self.best_ckpt.latest_step())
+            self.learner.restore({**self.learner.state(), "params": state["params"]})
+        wall = time.time() - start
+        final = {}
+        precisions = ["fp32"] + ([cfg.actors.precision] if cfg.actors.precision != "fp32" else [])
+        calib = self._calibration_obs() if cfg.actors.precision == "int8-full" else None
+        for precision in precisions:
+            payload = PolicyQuantizer(precision).quantize(
+                self.learner.policy_model, version=self.loop.policy_version,
+                calibration_obs=calib if precision == "int8-full" else None)
+            returns = evaluate_payload(payload, cfg.env.id, cfg.eval.episodes, seed=cfg.seed + 900_000,
+                                       max_episode_steps=cfg.env.max_episode_steps)
+            final[precision] = {"mean": float(returns.mean()), "std": float(returns.std()),
+                                "payload_bytes": int(payload.nbytes)}
+            if precision == cfg.actors.precision:
+                fs, path = urls.resolve(self.run_dir)
+                with fs.open(f"{path}/policy-{precision}.tflite", "wb") as f:
+                    f.write(payload.data)
+        summary = {
+            "run_dir": self.run_dir, "env_id": cfg.env.id, "executor": cfg.executor,
+            "precision": cfg.actors.precision, "seed": cfg.seed,
+            "env_steps": self.loop.env_steps, "learner_steps": self.learner.steps,
+            "episodes": self.loop.episodes, "wall_s": wall,
+            "env_steps_per_s": self.loop.env_steps / max(wall, 1e-9),
+            "policy_versions": self.loop.policy_version,
+            "bytes_per_broadcast": int(self.payload.nbytes),
+            "best_eval_return": self.loop.best_return, "best_version": self.loop.best_version,
+            "time_to_target_s": self.loop.time_to_target_s, "env_steps_to_target": self.loop.env_steps_to_target,
+            "mean_policy_lag_versions": float(np.mean([l[0] for l in lags])) if lags else 0.0,
+            "mean_policy_lag_s": float(np.mean([l[1] for l in lags])) if lags else 0.0,
+            "final_eval": final, "replay_log_version": int(self.store.latest_version()),
+        }
+        self.log.write("summary", step=self.loop.env_steps, **summary)
+        fs, path = urls.resolve(self.run_dir)
+        with fs.open(f"{path}/summary.json", "w") as f:
+            json.dump(summary, f, indent=2)
+        return summary
+
+    def _progress_bar(self):
+        if not self.progress:
+            return None
+        from tqdm.auto import tqdm
+        return tqdm(total=self.cfg.total_env_steps, initial=self.loop.env_steps, unit="step",
+                    desc=f"{self.cfg.name}", dynamic_ncols=True, mininterval=0.5)
+
+    def _postfix(self, start: float, recent_returns, lags) -> Dict[str, Any]:
+        el = max(time.time() - start, 1e-9)
+        return {"sps": f"{self.loop.env_steps / el:.0f}", "learn": self.learner.steps,
+                "ret": f"{np.mean(recent_returns):.0f}" if recent_returns else "-",
+                "best": f"{self.loop.best_return:.0f}" if self.loop.best_version >= 0 else "-",
+                "v": self.loop.policy_version, "lag": f"{np.mean([l[0] for l in lags]):.1f}" if lags else "-"}
+
+
+def default_run_dir(cfg) -> str:
+    return os.path.join("runs", cfg.name)

@@ -1,0 +1,73 @@
+"""Dask executor: stages as tasks on a LocalCluster or an existing cluster.
+
+* Policy payloads are scattered once per version to every worker
+  (``broadcast=True``) and tasks receive the future, so a version is never
+  re-sent per task.
+* Each actor is pinned to a worker (``workers=[...]``,
+  ``allow_other_workers=True``) so its env state stays warm between tasks,
+  and may move if that worker dies.
+* Lost or failed tasks are retried (``retries``); deterministic task keys and
+  shard ids make retries harmless.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+
+class DaskExecutor:
+    deterministic = False
+
+    def __init__(self, address: Optional[str] = None, n_workers: int = 0, threads_per_worker: int = 1,
+                 retries: int = 3, thread_env: Optional[Dict[str, str]] = None):
+        from distributed import Client, LocalCluster
+        self.retries = retries
+        self._cluster = None
+        if address:
+            self.client = Client(address, timeout="20s")
+        else:
+            n = n_workers or os.cpu_count() or 1
+            self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
+                                         processes=True, dashboard_address=None,
+                                         env=thread_env or {}, silence_logs="error")
+            self.client = Client(self._cluster)
+        self.client.wait_for_workers(1, timeout=60)
+        self._addrs: List[str] = []
+        self._addrs_time = 0.0
+
+    def broadcast(self, payload: Any):
+        return self.client.scatter(payload, broadcast=True, hash=False)
+
+    def submit(self, fn: Callable, *args: Any, key: str | None = None, actor: int | None = None, **kwargs: Any):
+        workers = None
+        if actor is not None:
+            addrs = self._worker_addresses()
+            workers = [addrs[actor % len(addrs)]] if addrs else None
+        return self.client.submit(fn, *args, key=key, workers=workers, allow_other_workers=True,
+                                  retries=self.retries, pure=False, **kwargs)
+
+    def wait(self, futures: Sequence[Any], timeout: float | None = None) -> List[Any]:
+        from distributed import wait
+        if not futures:
+            return []
+        try:
+            wait(list(futures), timeout=timeout, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+        return [f for f in futures if f.done()]
+
+    def _worker_addresses(self) -> List[str]:
+        # Refreshed at most every 2 s: one scheduler round trip, not one per task.
+        if time.monotonic() - self._addrs_time > 2.0 or not self._addrs:
+            self._addrs = sorted(self.workers())
+            self._addrs_time = time.monotonic()
+        return self._addrs
+
+    def workers(self) -> Dict[str, Dict[str, Any]]:
+        return self.client.scheduler_info(n_workers=-1)["workers"]
+
+    def close(self) -> None:
+        self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()

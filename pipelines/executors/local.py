@@ -1,0 +1,44 @@
+"""Local executor: every stage runs in this process, at submit time, in order.
+
+Deterministic for a given seed (same seed, same final parameters), which
+makes it the executor for debugging and tests.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from typing import Any, Callable, Dict, List, Sequence
+
+
+class LocalExecutor:
+    deterministic = True
+
+    def broadcast(self, payload: Any) -> Any:
+        return payload
+
+    def submit(self, fn: Callable, *args: Any, key: str | None = None, actor: int | None = None,
+               **kwargs: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*[_resolve(a) for a in args], **kwargs))
+        except Exception as e:  # surfaced by .result(), like a remote failure
+            future.set_exception(e)
+        return future
+
+    def wait(self, futures: Sequence[concurrent.futures.Future], timeout: float | None = None) -> List:
+        return [f for f in futures if f.done()]
+
+    def workers(self) -> Dict[str, Dict[str, Any]]:
+        return {f"pid{os.getpid()}": {"kind": "in-process"}}
+
+    def close(self) -> None:
+        pass
+
+
+def _resolve(arg: Any) -> Any:
+    # Futures passed as arguments (e.g. rollout results to the shard writer).
+    if isinstance(arg, concurrent.futures.Future):
+        return arg.result()
+    if isinstance(arg, list):
+        return [_resolve(a) for a in arg]
+    return arg

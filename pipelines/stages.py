@@ -1,0 +1,66 @@
+"""Stages as plain functions: what every executor schedules.
+
+    quantize  : learner network -> versioned TFLite payload     (core.quantize)
+    rollout   : actor envs x payload -> TrajectoryBatch          (core.rollout)
+    write     : several rollout results -> one replay shard      (write_shard_stage)
+    commit    : shard ids -> one atomic commit-log entry         (commit_stage)
+    learn     : committed replay -> K gradient steps             (learn_stage)
+    evaluate  : payload -> returns of N episodes                 (core.evaluation)
+    checkpoint: learner state -> async zarr checkpoint           (core.checkpoint)
+
+Functions that run on workers take only picklable, small arguments (URLs,
+specs, payload references) and import nothing heavy: actors never import
+TensorFlow.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+
+from core.evaluation import run_evaluation_task
+from core.rollout import run_rollout_task
+
+__all__ = ["run_rollout_task", "run_evaluation_task", "write_shard_stage", "commit_stage",
+           "learn_stage", "shard_id_for"]
+
+
+def shard_id_for(seq: int) -> str:
+    """Deterministic shard id of the ``seq``-th shard of a run (attempt-independent)."""
+    return f"s{seq:08d}"
+
+
+def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any]) -> Dict[str, Any]:
+    """Aggregate the batches of several rollout tasks into one uncommitted shard.
+
+    A retry overwrites its own uncommitted shard; nothing is visible until
+    :func:`commit_stage` names it in the commit log.
+    """
+    from core.replay import ReplayStore
+    store = ReplayStore.open(store_url)
+    batches = [r.batch for r in results]
+    info = store.write_shard(shard_id, batches, attrs={
+        "tasks": [b.task_id for b in batches],
+        "actors": sorted({int(b.actor_id) for b in batches}),
+    })
+    return {"shard_id": shard_id, "rows": int(sum(b.size for b in batches)),
+            "nbytes": int(getattr(info, "nbytes", 0))}
+
+
+def commit_stage(store, shard_ids: List[str], meta: Dict[str, Any] | None = None) -> int:
+    """Make ``shard_ids`` visible atomically; idempotent. Returns the log version."""
+    return store.commit(list(shard_ids), meta=meta or {})
+
+
+def learn_stage(learner, sampler, steps: int, batch_size: int, rng: np.random.Generator) -> Dict[str, float]:
+    """``steps`` gradient steps on n-step batches sampled from committed replay."""
+    losses, qs = [], []
+    for _ in range(steps):
+        batch = sampler.sample(batch_size, rng)
+        m = learner.step(batch)
+        if hasattr(sampler, "update_priorities"):
+            sampler.update_priorities(batch["index"], m["td_abs"] + 1e-6)
+        losses.append(m["loss"])
+        qs.append(m["q_mean"])
+    return {"loss": float(np.mean(losses)) if losses else float("nan"),
+            "q_mean": float(np.mean(qs)) if qs else float("nan")}

@@ -1,0 +1,114 @@
+"""Train an agent: ``python -m pipelines.train [options]``.
+
+With no arguments it trains configs/default.yaml (CartPole-v1, double DQN,
+int8 actors on an embedded Dask LocalCluster) into ``runs/<name>/``.
+
+Examples::
+
+    python -m pipelines.train
+    python -m pipelines.train --executor local --set total_env_steps=20000
+    python -m pipelines.train --dask-address tcp://10.0.0.5:8786 --run-dir gs://bucket/runs/a
+    python -m pipelines.train --resume runs/cartpole-dqn
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional
+
+from pipelines.cli import cli_errors, print_table
+
+HELP_EPILOG = """
+run directory layout:
+  config.json            resolved config
+  metrics.jsonl          one JSON record per event (learner, commit, broadcast, eval, summary)
+  tb/                    TensorBoard events: tensorboard --logdir runs/
+  replay/                zarr v3 replay shards + commit log
+  checkpoints/           async zarr checkpoints (latest complete one is used by --resume)
+  best/                  parameters of the best evaluated policy version
+  policy-<precision>.tflite, summary.json
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pipelines.train", description=__doc__.split("\n\n")[0],
+        epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="PATH", help="YAML experiment config (default: configs/default.yaml)")
+    p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                   help="override a config key, e.g. --set agent.n_step=5 (repeatable)")
+    p.add_argument("--executor", choices=["local", "dask"],
+                   help="where stages run: 'local' = one process, deterministic; 'dask' = actors as Dask tasks "
+                        "(default from the config: dask)")
+    p.add_argument("--dask-address", metavar="tcp://HOST:PORT",
+                   help="join an existing Dask scheduler instead of starting a LocalCluster")
+    p.add_argument("--run-dir", metavar="PATH_OR_URL",
+                   help="where the run is written: a local path or fsspec URL (default: runs/<name>)")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue RUN_DIR from its latest complete checkpoint and replay log version "
+                        "(uses the config saved in RUN_DIR unless --config is given)")
+    p.add_argument("--seed", type=int, help="random seed (overrides the config's seed)")
+    p.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    return p
+
+
+def resolve_config(args: argparse.Namespace):
+    from core import config as config_lib
+    from core import urls
+    overrides: List[str] = list(args.overrides)
+    if args.executor:
+        overrides.append(f"executor={args.executor}")
+    if args.dask_address:
+        overrides.append(f"dask.address={args.dask_address}")
+    if args.seed is not None:
+        overrides.append(f"seed={args.seed}")
+    if args.resume and not args.config:
+        fs, path = urls.resolve(args.resume)
+        if not fs.exists(f"{path}/config.json"):
+            raise config_lib.ConfigError(f"--resume: {args.resume!r} is not a run directory (no config.json)")
+        with fs.open(f"{path}/config.json") as f:
+            data = json.load(f)
+        return config_lib.from_dict(config_lib.apply_overrides(data, overrides))
+    return config_lib.load_config(args.config, overrides)
+
+
+def train(cfg, run_dir: str, progress: bool = True, resume: bool = False) -> dict:
+    """Run one training job with ``cfg`` into ``run_dir``; returns the summary."""
+    from pipelines.driver import Trainer
+    from pipelines.executors import make_executor
+    executor = make_executor(cfg.executor, cfg)
+    try:
+        return Trainer(cfg, run_dir, executor, progress=progress, resume=resume).run()
+    finally:
+        executor.close()
+
+
+def print_summary(summary: dict) -> None:
+    rows = [["env steps", f"{summary['env_steps']:,}"],
+            ["learner steps", f"{summary['learner_steps']:,}"],
+            ["wall time", f"{summary['wall_s']:.1f} s"],
+            ["env steps/s", f"{summary['env_steps_per_s']:,.0f}"],
+            ["policy versions", summary["policy_versions"]],
+            ["bytes per broadcast", f"{summary['bytes_per_broadcast']:,} ({summary['precision']})"],
+            ["best eval return", f"{summary['best_eval_return']:.1f} (version {summary['best_version']})"],
+            ["time to target", "-" if summary["time_to_target_s"] is None
+             else f"{summary['time_to_target_s']:.1f} s, {summary['env_steps_to_target']:,} env steps"]]
+    for precision, r in summary["final_eval"].items():
+        rows.append([f"final return ({precision})", f"{r['mean']:.1f} +- {r['std']:.1f}"])
+    print_table(["", summary["run_dir"]], rows)
+
+
+@cli_errors
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = resolve_config(args)
+    run_dir = args.resume or args.run_dir or cfg.run_dir or os.path.join("runs", cfg.name)
+    summary = train(cfg, run_dir, progress=not args.no_progress, resume=bool(args.resume))
+    print_summary(summary)
+    return 0
+
+
+if __name__ == "__main__":  # Dask spawns workers that re-import __main__: keep this guard.
+    sys.exit(main())
