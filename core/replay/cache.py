@@ -1,0 +1,209 @@
+"""ReplayCache: committed shards in memory, in a FIFO ring, with successor pointers.
+
+The learner samples from memory, not from storage. ``refresh()`` reads the
+commit log (one small read when nothing is new), loads the rows of newly
+committed shards into a ring buffer of ``capacity`` rows (the oldest rows are
+overwritten first: FIFO by commit order) and drops the rows of shards that
+were quarantined or removed by retention since the last refresh.
+
+Successor pointers make n-step and sequence sampling a few numpy gathers.
+``next[s]`` is the slot of the row ``(episode_id, step + 1)`` that follows the
+row in slot ``s``, or -1 if it is not in the cache (yet) or ``s`` is the
+last row of its episode. Inside a shard an episode segment is contiguous, so
+``next[s] = s + 1`` there; only segment tails (a few per env and batch) are
+linked across shards, through a dict of segment heads, and are re-resolved at
+every refresh (episodes may span shards and shards may commit out of order).
+
+Rows are identified by a global ``row id`` (insertion counter); ``slot = row_id
+% capacity``. Samplers return row ids, so a priority update for a row that
+was overwritten meanwhile is recognised as stale and ignored.
+
+Example::
+
+    cache = ReplayCache(store, max_transitions=100_000)
+    cache.refresh()        # -> number of rows loaded
+    cache.size             # live rows
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from core.replay.schema import ReplayError, ShardInfo
+from core.replay.shard_reader import ShardReader
+
+log = logging.getLogger(__name__)
+
+#: Fields every sampler needs, loaded whatever ``fields`` says.
+REQUIRED_FIELDS = ("observation", "action", "reward", "discount", "terminated", "truncated",
+                   "episode_id", "step", "policy_version")
+
+
+class ReplayCache:
+    """In-memory FIFO cache of committed shards for samplers (not thread-safe).
+
+    Args:
+      store: a ReplayStore.
+      max_transitions: capacity in rows.
+      max_bytes: optional bound on the memory of the row arrays; the capacity
+        becomes ``min(max_transitions, max_bytes // bytes_per_row)``.
+      fields: extra fields to load besides ``REQUIRED_FIELDS`` (default: all).
+      quarantine_on_error: on a checksum error, quarantine the shard (a log
+        entry), warn and continue; if False, raise.
+    """
+
+    def __init__(self, store, max_transitions: int = 100_000, max_bytes: Optional[int] = None,
+                 fields: Optional[Sequence[str]] = None, quarantine_on_error: bool = True):
+        if max_transitions <= 0:
+            raise ReplayError(f"max_transitions={max_transitions} must be positive (e.g. 100_000)")
+        self.store, self.max_transitions, self.max_bytes = store, int(max_transitions), max_bytes
+        self.wanted_fields = None if fields is None else list(dict.fromkeys([*REQUIRED_FIELDS, *fields]))
+        self.quarantine_on_error = quarantine_on_error
+        self.capacity = 0
+        self.data: Dict[str, np.ndarray] = {}
+        self.version = -1
+        self.generation = 0        # bumped whenever rows or links change
+        self.inserted = 0          # rows ever inserted = next row id
+        self.skipped: Dict[str, str] = {}  # shard id -> why it was not loaded
+        self._shards: Dict[str, Tuple[int, int]] = {}  # shard id -> [first, end) row ids
+        self._heads: Dict[Tuple[int, int], int] = {}   # (episode_id, step) -> row id of a segment head
+        self._tails: List[int] = []                    # row ids of non-last segment tails
+
+    # -- public --------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return int(np.count_nonzero(self.alive)) if self.capacity else 0
+
+    @property
+    def field_names(self) -> List[str]:
+        return list(self.data)
+
+    def slots(self, row_ids: np.ndarray) -> np.ndarray:
+        return np.asarray(row_ids, np.int64) % max(self.capacity, 1)
+
+    def is_current(self, row_ids: np.ndarray) -> np.ndarray:
+        """True where ``row_ids`` are still in the cache (not overwritten or dropped)."""
+        row_ids = np.asarray(row_ids, np.int64)
+        s = self.slots(row_ids)
+        return (self.row_id[s] == row_ids) & self.alive[s]
+
+    def refresh(self) -> int:
+        """Load newly committed shards and drop dropped ones; returns the number of rows loaded."""
+        state = self.store.log.state()
+        if state.version == self.version:
+            return 0
+        changed = self._drop_not_live(state.live)
+        new = [i for sid, i in state.live.items() if sid not in self._shards and sid not in self.skipped]
+        loaded, fitting = 0, self._newest_fitting(new)
+        for info in new[:len(new) - len(fitting)]:  # never load them later, out of FIFO order
+            self.skipped[info.id] = "committed too far back to fit in the cache"
+        for info in fitting:
+            rows = self._load(info)
+            if rows is not None:
+                self._insert(info.id, rows)
+                loaded += len(rows["reward"])
+        if loaded or changed:
+            self._relink()
+            self.generation += 1
+        self.version = state.version
+        return loaded
+
+    # -- loading -----------------------------------------------------------------------------
+    def _newest_fitting(self, new: List[ShardInfo]) -> List[ShardInfo]:
+        """Skip new shards that would be evicted at once (backlog larger than the capacity)."""
+        keep, rows = [], 0
+        limit = self.capacity or self.max_transitions
+        for info in reversed(new):
+            if rows >= limit:
+                break
+            keep.append(info)
+            rows += info.rows
+        return keep[::-1]
+
+    def _load(self, info: ShardInfo) -> Optional[Dict[str, np.ndarray]]:
+        try:
+            reader = ShardReader(self.store.shards_url, info.id, expected_token=info.token)
+            names = self.wanted_fields or (list(self.data) if self.data else reader.field_names)
+            missing = [n for n in names if n not in reader.field_names]
+            if missing:
+                raise ReplayError(f"shard {info.id!r} lacks fields {missing} that the cache holds")
+            return reader.read_all(names)
+        except ReplayError as e:
+            if not self.quarantine_on_error:
+                raise
+            warnings.warn(f"skipping replay shard {info.id!r}: {e}", RuntimeWarning, stacklevel=3)
+            self.skipped[info.id] = str(e)
+            try:
+                self.store.quarantine(info.id, str(e))
+            except ReplayError as q:  # e.g. already removed meanwhile
+                log.warning("could not quarantine %s: %s", info.id, q)
+            return None
+
+    def _allocate(self, rows: Dict[str, np.ndarray]) -> None:
+        row_bytes = sum(v.itemsize * int(np.prod(v.shape[1:], dtype=np.int64)) for v in rows.values())
+        cap = self.max_transitions
+        if self.max_bytes is not None:
+            cap = max(1, min(cap, int(self.max_bytes) // max(row_bytes, 1)))
+        self.capacity = cap
+        self.data = {n: np.zeros((cap, *v.shape[1:]), v.dtype) for n, v in rows.items()}
+        self.row_id = np.full(cap, -1, np.int64)
+        self.alive = np.zeros(cap, bool)
+        self.last = np.zeros(cap, bool)
+        self.next = np.full(cap, -1, np.int64)
+
+    def _insert(self, shard_id: str, rows: Dict[str, np.ndarray]) -> None:
+        if not self.capacity:
+            self._allocate(rows)
+        n_all = len(rows["reward"])
+        rows = {k: v[-self.capacity:] for k, v in rows.items()}  # a shard larger than the cache
+        n = len(rows["reward"])
+        first = self.inserted + (n_all - n)
+        ids = np.arange(first, first + n, dtype=np.int64)
+        slots = ids % self.capacity
+        for name, arr in self.data.items():
+            arr[slots] = rows[name]
+        ep, step = rows["episode_id"], rows["step"]
+        last = rows["terminated"] | rows["truncated"]
+        self.row_id[slots], self.alive[slots], self.last[slots] = ids, True, last
+        # In-shard successor: the next row continues the same episode segment.
+        cont = np.zeros(n, bool)
+        cont[:-1] = (ep[1:] == ep[:-1]) & (step[1:] == step[:-1] + 1) & ~last[:-1]
+        self.next[slots] = np.where(cont, np.roll(slots, -1), -1)
+        head = np.ones(n, bool)
+        head[1:] = ~cont[:-1]
+        for i in np.flatnonzero(head):
+            self._heads[(int(ep[i]), int(step[i]))] = int(ids[i])
+        self._tails.extend(int(ids[i]) for i in np.flatnonzero(~cont & ~last))
+        self._shards[shard_id] = (first, first + n)
+        self.inserted = first + n
+
+    # -- links ---------------------------------------------------------------------------------
+    def _drop_not_live(self, live: Dict[str, ShardInfo]) -> bool:
+        changed = False
+        for sid, (lo, hi) in list(self._shards.items()):
+            if sid in live:
+                continue
+            ids = np.arange(max(lo, self.inserted - self.capacity), hi, dtype=np.int64)
+            s = self.slots(ids)
+            self.alive[s[self.row_id[s] == ids]] = False
+            del self._shards[sid]
+            changed = True
+        return changed
+
+    def _relink(self) -> None:
+        """Re-resolve cross-shard links of segment tails; prune stale heads, tails, shards."""
+        cur = lambda rid: self.row_id[rid % self.capacity] == rid and self.alive[rid % self.capacity]
+        self._heads = {k: rid for k, rid in self._heads.items() if cur(rid)}
+        self._tails = [rid for rid in self._tails if cur(rid)]
+        oldest = self.inserted - self.capacity
+        self._shards = {k: v for k, v in self._shards.items() if v[1] > oldest}
+        for rid in self._tails:
+            slot = rid % self.capacity
+            target = self._heads.get((int(self.data["episode_id"][slot]), int(self.data["step"][slot]) + 1))
+            self.next[slot] = -1 if target is None else target % self.capacity
+        # In-shard links into dropped rows (a dropped shard's own rows) are cut too.
+        bad = (self.next >= 0) & ~self.alive[np.maximum(self.next, 0)]
+        self.next[bad] = -1
