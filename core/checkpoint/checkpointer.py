@@ -36,7 +36,8 @@ save. Deterministic names (``step_%08d``) make a retried save overwrite its
 own output. One writer per checkpoint directory (readers: any number).
 
 Retention keeps the last ``keep_last`` complete steps, plus every step with
-``step % keep_every == 0``; the newest complete checkpoint is never deleted.
+``step % keep_every == 0``; the newest complete checkpoint and the one just
+saved (which differ when an older step is re-saved) are never deleted.
 """
 from __future__ import annotations
 
@@ -210,20 +211,20 @@ class Checkpointer:
                              "created_unix": time.time(), "variables": variables,
                              "metadata": metadata}}
         loc.write_bytes(group_document(attrs), name, "zarr.json")  # the commit
-        self._apply_retention()
+        self._apply_retention(step)
 
     def _array_location(self, name: str, path: str) -> str:
         if self._loc.local:
             return self._loc.path(name, path)
         return urls.join(self.url, name, path)
 
-    def _apply_retention(self) -> None:
+    def _apply_retention(self, just_written: int) -> None:
         dirs = self._loc.step_dirs()
         committed = sorted(s for s, ok in dirs.items() if ok)
         keep = set(committed if self.keep_last is None else committed[-self.keep_last:])
         if self.keep_every:
             keep |= {s for s in committed if s % self.keep_every == 0}
-        keep.add(committed[-1])  # never the newest complete checkpoint
+        keep |= {committed[-1], just_written}  # never the newest, nor the one just saved
         for s in sorted(dirs):
             if s not in keep:  # old complete steps, and debris of killed saves
                 self._loc.remove_step(step_name(s))
@@ -248,8 +249,8 @@ class Checkpointer:
         step, info = self._step_info(step)
         paths = select_paths(list(info["variables"]), select)
         store, name = self._reader(), step_name(step)
-        arrays = list(self._copy_pool.map(
-            lambda p: engines.read_array(store, step, name, p), paths))
+        mapper = map if self._closed else self._copy_pool.map  # reads still work after close()
+        arrays = list(mapper(lambda p: engines.read_array(store, step, name, p), paths))
         flat = {p: restore_leaf(a, info["variables"][p]["kind"]) for p, a in zip(paths, arrays)}
         return unflatten(flat), info["metadata"]
 

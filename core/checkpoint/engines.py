@@ -14,6 +14,10 @@ group documents, so no engine can create the commit marker early.
   its own ``memory://`` is not fsspec's. Variables go to a thread pool;
   zarr-python writes the chunks of one array concurrently.
 
+Every chunk is written, even one equal to the fill value (zero-initialised
+optimizer slots), so that a complete checkpoint has every chunk file and a
+missing one is damage rather than an optimisation.
+
 Each array is created at a store rooted at the array itself. zarr-python
 would otherwise create all missing parent groups (``ensure_parents``),
 including the step's ``zarr.json``, which is the commit marker.
@@ -59,6 +63,7 @@ class TensorstoreWriter:
 
     def _spec(self, path: str, arr: np.ndarray, chunks: Tuple[int, ...]) -> dict:
         return {"driver": "zarr3", "kvstore": {"driver": "file", "path": path + "/"},
+                "store_data_equal_to_fill_value": True,
                 "metadata": {"shape": list(arr.shape), "data_type": arr.dtype.name,
                              "chunk_grid": {"name": "regular",
                                             "configuration": {"chunk_shape": list(chunks)}},
@@ -80,7 +85,8 @@ class ZarrWriter:
         z = zarr.create_array(store=url, shape=arr.shape, dtype=arr.dtype, chunks=chunks,
                               serializer=BytesCodec(),
                               compressors=[ZstdCodec(level=self.zstd_level), Crc32cCodec()],
-                              filters=None, fill_value=0, overwrite=True, zarr_format=3)
+                              filters=None, fill_value=0, overwrite=True, zarr_format=3,
+                              config={"write_empty_chunks": True})
         z[...] = arr
 
     def close(self) -> None:
