@@ -111,13 +111,15 @@ class LiteRTPolicy:
         return runner.run(obs)
 
     def update(self, payload: PolicyPayload) -> bool:
-        """Switches to ``payload`` if it is newer; returns whether it switched.
+        """Switches to ``payload``; returns False if it is the payload already in use.
 
         The new interpreter is built and allocated before the swap, so actors
-        keep acting on the old version meanwhile.
+        keep acting on the old version meanwhile. Any version is accepted (a
+        resumed run may roll back); callers that want monotonic versions
+        compare ``payload.version`` with :attr:`version` first.
         """
         current = self._runner
-        if payload.version <= current.payload.version:
+        if payload is current.payload:
             return False
         if (payload.input_dim, payload.output_dim) != (current.payload.input_dim,
                                                        current.payload.output_dim):

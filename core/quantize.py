@@ -449,6 +449,7 @@ class AsyncQuantizer:
         self._error: BaseException | None = None
         self._closed = False
         self.submitted = self.completed = self.dropped = 0
+        self._done_seq = 0  # submission number of the newest finished payload
         self._thread = threading.Thread(target=self._run, name="policy-quantizer", daemon=True)
         self._thread.start()
 
@@ -470,8 +471,8 @@ class AsyncQuantizer:
                 raise RuntimeError("AsyncQuantizer is closed")
             if self._pending is not None:
                 self.dropped += 1
-            self._pending = (weights, int(version), calib)
             self.submitted += 1
+            self._pending = (weights, int(version), calib, self.submitted)
             self._cond.notify_all()
 
     def latest(self) -> PolicyPayload | None:
@@ -480,21 +481,19 @@ class AsyncQuantizer:
         return self._latest
 
     def wait(self, version: int | None = None, timeout: float | None = None) -> PolicyPayload:
-        """Blocks until a payload with version >= ``version`` (default: last submitted) is done."""
+        """Blocks until version >= ``version`` (default: everything submitted so far) is done."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            wanted_seq = self.submitted
             while True:
                 self._raise_worker_error()
-                target = version
-                if target is None:
-                    target = self._pending[1] if self._pending else (
-                        self._latest.version if self._latest else None)
-                done = self._latest is not None and (target is None or self._latest.version >= target)
-                if done and (version is not None or self._pending is None):
-                    return self._latest
+                latest = self._latest
+                if latest is not None and (latest.version >= version if version is not None
+                                           else self._done_seq >= wanted_seq):
+                    return latest
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"policy version {target} not quantized within {timeout} s")
+                    raise TimeoutError(f"policy version {version} not quantized within {timeout} s")
                 self._cond.wait(remaining)
 
     def close(self, timeout: float = 30.0) -> None:
@@ -522,7 +521,7 @@ class AsyncQuantizer:
                     self._cond.wait()
                 if self._closed:
                     return
-                weights, version, calib = self._pending
+                weights, version, calib, seq = self._pending
                 self._pending = None
             try:
                 start = time.perf_counter()
@@ -537,5 +536,6 @@ class AsyncQuantizer:
                 return
             with self._cond:
                 self._latest = payload
+                self._done_seq = seq
                 self.completed += 1
                 self._cond.notify_all()
