@@ -68,7 +68,8 @@ class ReplayCache:
         self.generation = 0        # bumped whenever rows or links change
         self.inserted = 0          # rows ever inserted = next row id
         self.skipped: Dict[str, str] = {}  # shard id -> why it was not loaded
-        self._shards: Dict[str, Tuple[int, int]] = {}  # shard id -> [first, end) row ids
+        self._shards: Dict[str, Tuple[int, int]] = {}  # shard id -> [first, end) row ids, while cached
+        self._seen: set = set()                         # every shard id ever loaded or skipped
         self._heads: Dict[Tuple[int, int], int] = {}   # (episode_id, step) -> row id of a segment head
         self._tails: List[int] = []                    # row ids of non-last segment tails
 
@@ -96,7 +97,8 @@ class ReplayCache:
         if state.version == self.version:
             return 0
         changed = self._drop_not_live(state.live)
-        new = [i for sid, i in state.live.items() if sid not in self._shards and sid not in self.skipped]
+        new = [i for sid, i in state.live.items() if sid not in self._seen]
+        self._seen.update(i.id for i in new)
         loaded, fitting = 0, self._newest_fitting(new)
         for info in new[:len(new) - len(fitting)]:  # never load them later, out of FIFO order
             self.skipped[info.id] = "committed too far back to fit in the cache"
@@ -116,6 +118,8 @@ class ReplayCache:
         """Skip new shards that would be evicted at once (backlog larger than the capacity)."""
         keep, rows = [], 0
         limit = self.capacity or self.max_transitions
+        if not self.capacity and self.max_bytes is not None and new:  # estimate from the log's ShardInfo
+            limit = min(limit, int(self.max_bytes) // max(1, new[-1].nbytes // max(new[-1].rows, 1)))
         for info in reversed(new):
             if rows >= limit:
                 break
