@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -75,9 +76,9 @@ def chunk_file(root: str, step: int, var: str, chunk: str) -> str:
 
 
 def flip_byte(path: str, offset: int = 5) -> None:
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(pathlib.Path(path).read_bytes())
     data[offset] ^= 0xFF
-    open(path, "wb").write(bytes(data))
+    pathlib.Path(path).write_bytes(bytes(data))
 
 
 # ------------------------------------------------------------------ round trips
@@ -218,7 +219,7 @@ def test_restore_subset_does_not_read_other_variables(tmp_path):
             continue
         for f in files:  # chunk keys: "c/i/j" for n-d arrays, "c" for 0-d arrays
             if f == "c" or "c" in rel.split(os.sep):
-                open(os.path.join(dirpath, f), "wb").write(b"garbage")
+                pathlib.Path(dirpath, f).write_bytes(b"garbage")
                 corrupted += 1
     assert corrupted == 9  # every chunk of the 9 unselected variables
     state, _ = Checkpointer(root).restore(select=["params/q/dense_0/kernel"])
@@ -314,21 +315,21 @@ def _tree(root: str) -> list:
 def test_bad_paths_give_one_line_error_and_delete_nothing(tmp_path, setup, pattern):
     root = str(tmp_path / "c")
     if setup == "file":
-        open(root, "w").write("hello")
+        pathlib.Path(root).write_text("hello")
     else:
         os.makedirs(root)
-        open(os.path.join(root, "notes.txt"), "w").write("keep me")
+        pathlib.Path(root, "notes.txt").write_text("keep me")
         if setup == "zarr_group":
             zarr.open_group(root, mode="w").attrs["x"] = 1
         elif setup == "newer_root":
             doc = {"zarr_format": 3, "node_type": "group",
                    "attributes": {"databloom_checkpoints": {"schema_version": 99}}}
-            open(os.path.join(root, "zarr.json"), "w").write(json.dumps(doc))
-    before = _tree(root) if os.path.isdir(root) else open(root).read()
+            pathlib.Path(root, "zarr.json").write_text(json.dumps(doc))
+    before = _tree(root) if os.path.isdir(root) else pathlib.Path(root).read_text()
     with pytest.raises(CheckpointError, match=pattern) as err:
         Checkpointer(root)
     assert "\n" not in str(err.value)
-    assert (_tree(root) if os.path.isdir(root) else open(root).read()) == before
+    assert (_tree(root) if os.path.isdir(root) else pathlib.Path(root).read_text()) == before
 
 
 def test_step_with_newer_schema_is_refused(tmp_path):
@@ -336,9 +337,9 @@ def test_step_with_newer_schema_is_refused(tmp_path):
     with Checkpointer(root) as ckpt:
         ckpt.save(1, {"x": np.arange(3)})
     marker = os.path.join(root, "step_00000001", "zarr.json")
-    doc = json.load(open(marker))
+    doc = json.loads(pathlib.Path(marker).read_text())
     doc["attributes"]["databloom_checkpoint"]["schema_version"] = 2
-    json.dump(doc, open(marker, "w"))
+    pathlib.Path(marker).write_text(json.dumps(doc))
     with pytest.raises(CheckpointError, match=r"^step 1 in .* schema version 2; .* <= 1"):
         Checkpointer(root).restore()
     assert os.path.exists(marker)
