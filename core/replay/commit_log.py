@@ -115,7 +115,7 @@ class TensorstoreCreator:
     def __init__(self, kvstore_spec: Dict[str, Any]):
         import tensorstore as ts
         self.kv = ts.KvStore.open(kvstore_spec).result()
-        self.no_value = self.kv.read("\x00missing-probe").result().stamp.generation
+        self.no_value = self.kv.read(".generation-probe-never-written").result().stamp.generation
 
     def create(self, name: str, data: bytes) -> bool:
         stamp = self.kv.write(name, data, if_equal=self.no_value).result()
