@@ -15,6 +15,7 @@ setup(
     install_requires=[
         # Versions follow shared/PLATFORM_FACTS.md: this set resolves in one pip call.
         "tensorflow-cpu>=2.21,<2.22",
+        "tensorboard>=2.21,<2.22",  # tf.summary needs it; TF 2.21 no longer pulls it in
         "ai-edge-litert>=2.3,<3",
         "apache-beam>=2.77",
         "dask>=2026.8.0",

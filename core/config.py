@@ -76,7 +76,7 @@ class AgentConfig:
 class ActorsConfig:
     num_actors: int = 4                # concurrent actor tasks (each steps env.num_envs envs)
     steps_per_task: int = 32           # vector steps per rollout task
-    precision: Literal["fp32", "fp16", "int8-dynamic", "int8-full"] = "int8-full"
+    precision: Literal["fp32", "fp16", "int8-dynamic", "int8-full"] = "int8-dynamic"
     broadcast_period: int = 250        # learner steps between policy versions
     calibration_size: int = 512        # replay observations used to calibrate int8-full
 

@@ -8,7 +8,13 @@ its traceback.
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import warnings
+
+# Quiet TensorFlow's C++ start-up chatter before anything imports TF.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+warnings.filterwarnings("ignore", message="Statistics for quantized inputs were expected")
 from typing import Callable, List, Sequence, Tuple, Type
 
 

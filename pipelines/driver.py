@@ -115,7 +115,7 @@ class Trainer:
         self.learner = DQNLearner(self.spec, cfg.agent, seed=cfg.seed)
         self.cache = ReplayCache(self.store, max_transitions=cfg.replay.capacity)
         self.sampler = NStepSampler(self.cache, n=cfg.agent.n_step, gamma=cfg.agent.gamma)
-        self.quantizer = PolicyQuantizer(cfg.actors.precision)
+        self.quantizer = PolicyQuantizer(cfg.actors.precision, patch=True)
         self.async_quantizer = None
         if not getattr(self.executor, "deterministic", False):
             self.async_quantizer = AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
@@ -262,7 +262,7 @@ class Trainer:
                 if bar is not None:
                     bar.update(stats.env_steps)
             # 3. aggregate into a shard when big enough (or the run is ending).
-            ending = not in_flight and not actors_may_run()
+            ending = not in_flight and (stop or submitted_steps >= cfg.total_env_steps)
             if pending and (pending_bytes >= cfg.replay.shard_target_bytes
                             or pending_rows >= self._flush_rows() or ending):
                 shard_id = stages.shard_id_for(self.loop.shard_seq)

@@ -12,7 +12,7 @@ def test_default_config_loads_typed():
     cfg = load_config()
     assert cfg.env.id == "CartPole-v1"
     assert cfg.agent.algo == "dqn"
-    assert cfg.actors.precision == "int8-full"
+    assert cfg.actors.precision == "int8-dynamic"
     assert cfg.executor == "dask"
     assert isinstance(cfg.agent.learning_rate, float)
     assert cfg.threads.tf_intra_op == 1

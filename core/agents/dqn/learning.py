@@ -45,8 +45,8 @@ class DQNLearner:
         """The network actors act with (quantized before broadcast)."""
         return self.q
 
-    @tf.function(reduce_retracing=True)
-    def _train_step(self, obs, action, reward, discount, next_obs, weight):
+    def _update(self, obs, action, reward, discount, next_obs, weight):
+        """One gradient step on one batch; returns (loss, td, mean Q(s, a))."""
         q_next = self.q(next_obs)
         q_next_target = self.target(next_obs)
         target = tf.stop_gradient(q_learning_targets(q_next, q_next_target, reward, discount,
@@ -64,15 +64,40 @@ class DQNLearner:
                 t.assign(s)
         return loss, td, tf.reduce_mean(q_taken)
 
+    @tf.function(reduce_retracing=True)
+    def _train_steps(self, obs, action, reward, discount, next_obs, weight):
+        # K sequential steps in one call: one Python->TF dispatch per K steps.
+        k = tf.shape(reward)[0]
+        losses = tf.TensorArray(tf.float32, size=k)
+        tds = tf.TensorArray(tf.float32, size=k)
+        qs = tf.TensorArray(tf.float32, size=k)
+        for i in tf.range(k):
+            loss, td, q_mean = self._update(obs[i], action[i], reward[i], discount[i], next_obs[i], weight[i])
+            losses = losses.write(i, loss)
+            tds = tds.write(i, td)
+            qs = qs.write(i, q_mean)
+        return losses.stack(), tds.stack(), qs.stack()
+
     def step(self, batch: Dict[str, np.ndarray]) -> Dict[str, Any]:
-        """One gradient step on an n-step batch from the replay sampler."""
-        obs = batch["observation"].reshape(len(batch["action"]), -1).astype(np.float32, copy=False)
-        next_obs = batch["next_observation"].reshape(obs.shape).astype(np.float32, copy=False)
-        loss, td, q_mean = self._train_step(
-            tf.constant(obs), tf.constant(batch["action"].astype(np.int32)),
-            tf.constant(batch["reward"], tf.float32), tf.constant(batch["discount"], tf.float32),
-            tf.constant(next_obs), tf.constant(batch.get("weight", np.ones_like(batch["reward"])), tf.float32))
-        return {"loss": float(loss), "q_mean": float(q_mean), "td_abs": np.abs(td.numpy())}
+        """Gradient steps on an n-step batch from the replay sampler.
+
+        A batch of shape ``[B, ...]`` is one step; ``[K, B, ...]`` is K
+        sequential steps (same result as K calls, one dispatch).
+        """
+        single = batch["reward"].ndim == 1
+        reward = batch["reward"][None] if single else batch["reward"]
+        k, b = reward.shape
+        obs = batch["observation"].reshape(k, b, -1).astype(np.float32, copy=False)
+        next_obs = batch["next_observation"].reshape(k, b, -1).astype(np.float32, copy=False)
+        weight = batch.get("weight")
+        weight = np.ones((k, b), np.float32) if weight is None else np.reshape(weight, (k, b))
+        losses, td, q_mean = self._train_steps(
+            tf.constant(obs), tf.constant(batch["action"].reshape(k, b).astype(np.int32)),
+            tf.constant(reward, tf.float32), tf.constant(np.reshape(batch["discount"], (k, b)), tf.float32),
+            tf.constant(next_obs), tf.constant(weight, tf.float32))
+        td = np.abs(td.numpy())
+        return {"loss": float(losses.numpy().mean()), "q_mean": float(q_mean.numpy().mean()),
+                "td_abs": td[0] if single else td}
 
     @property
     def steps(self) -> int:

@@ -1,0 +1,109 @@
+"""Evaluate a saved policy: ``python -m pipelines.evaluate RUN_DIR [options]``.
+
+Loads the learner's parameters from RUN_DIR (the best evaluated version by
+default, or ``--checkpoint STEP|latest``), converts them at ``--precision``,
+plays ``--episodes`` greedy episodes with the LiteRT policy and prints the
+returns. ``--export PATH`` writes the actor's TFLite policy file.
+
+Examples::
+
+    python -m pipelines.evaluate runs/cartpole-dqn
+    python -m pipelines.evaluate runs/cartpole-dqn --checkpoint latest --precision fp32 --episodes 50
+    python -m pipelines.evaluate runs/cartpole-dqn --export cartpole-int8.tflite
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+import numpy as np
+
+from pipelines.cli import cli_errors, print_table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.evaluate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by pipelines.train")
+    p.add_argument("--checkpoint", default="best", metavar="STEP|latest|best",
+                   help="which parameters: 'best' evaluated version (default; falls back to latest), "
+                        "'latest' complete checkpoint, or a learner step")
+    p.add_argument("--precision", choices=["fp32", "fp16", "int8-dynamic", "int8-full"],
+                   help="actor precision to evaluate at (default: the run's actors.precision)")
+    p.add_argument("--episodes", type=int, default=20, help="number of greedy episodes (default 20)")
+    p.add_argument("--seed", type=int, default=123_456, help="evaluation env seed (default 123456)")
+    p.add_argument("--export", metavar="PATH", help="also write the TFLite policy file to PATH")
+    return p
+
+
+def load_policy_params(run_dir: str, which: str):
+    """``(config, params, label)`` for a run dir's best / latest / given-step parameters."""
+    from core import config as config_lib
+    from core import urls
+    from core.checkpoint import Checkpointer
+    fs, path = urls.resolve(run_dir)
+    if not fs.exists(f"{path}/config.json"):
+        raise FileNotFoundError(f"{run_dir!r} is not a run directory (no config.json)")
+    with fs.open(f"{path}/config.json") as f:
+        cfg = config_lib.from_dict(json.load(f))
+    if which == "best" and fs.exists(f"{path}/best"):
+        best = Checkpointer(urls.join(run_dir, "best"))
+        step = best.latest_step()
+        if step is not None:
+            state, _ = best.restore(step, select=["params"])
+            return cfg, state["params"], f"best (policy version {step})"
+    ckpt = Checkpointer(urls.join(run_dir, "checkpoints"))
+    if which in ("best", "latest"):
+        step = ckpt.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"{run_dir!r} has no complete checkpoint")
+    else:
+        try:
+            step = int(which)
+        except ValueError:
+            raise FileNotFoundError(f"--checkpoint {which!r} is not a step, 'latest' or 'best'") from None
+    state, _ = ckpt.restore(step, select=["learner/params"])
+    return cfg, state["learner"]["params"], f"checkpoint step {step}"
+
+
+@cli_errors
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.episodes < 1:
+        print("error: --episodes must be >= 1", file=sys.stderr)
+        return 2
+    from core.agents.dqn.learning import DQNLearner
+    from core.envs import env_spec, make_vector_env
+    from core.evaluation import evaluate_payload
+    from core.quantize import PolicyQuantizer
+    cfg, params, label = load_policy_params(args.run_dir, args.checkpoint)
+    precision = args.precision or cfg.actors.precision
+    learner = DQNLearner(env_spec(cfg.env.id), cfg.agent, seed=cfg.seed)
+    learner.restore({**learner.state(), "params": params})
+    calib = None
+    if precision == "int8-full":  # calibrate on observations of the policy's own episodes
+        envs, obs = make_vector_env(cfg.env.id, 8, args.seed + 1)
+        rows = [obs]
+        for _ in range(63):
+            q = learner.policy_model(obs.astype(np.float32)).numpy()
+            obs, *_ = envs.step(q.argmax(-1))
+            rows.append(obs)
+        calib = np.concatenate(rows).astype(np.float32)
+    payload = PolicyQuantizer(precision).quantize(learner.policy_model, version=0, calibration_obs=calib)
+    returns = evaluate_payload(payload, cfg.env.id, args.episodes, seed=args.seed,
+                               max_episode_steps=cfg.env.max_episode_steps)
+    print_table(["run", "parameters", "precision", "episodes", "mean return", "std", "min", "max", "payload bytes"],
+                [[args.run_dir, label, precision, args.episodes, f"{returns.mean():.1f}", f"{returns.std():.1f}",
+                  f"{returns.min():.0f}", f"{returns.max():.0f}", f"{payload.nbytes:,}"]])
+    print("returns:", " ".join(f"{r:.0f}" for r in returns))
+    if args.export:
+        with open(args.export, "wb") as f:
+            f.write(payload.data)
+        print(f"wrote {args.export} ({payload.nbytes:,} bytes, {precision})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The actor loop writes RLDS rows exactly as core.trajectory documents them."""
+import numpy as np
+import pytest
+
+from core.rollout import ActorSpec, epsilon_greedy, release_actors, run_rollout_task
+
+
+@pytest.fixture(scope="module")
+def payload():
+    from core.networks import mlp
+    from core.quantize import PolicyQuantizer
+    return PolicyQuantizer("fp32").quantize(mlp(4, [16], 2, name="q", seed=0), version=3)
+
+
+def _rows(batch):
+    return batch.flat_rows()
+
+
+def test_rollout_rows_follow_the_rlds_contract(payload):
+    spec = ActorSpec("test-rlds", "CartPole-v1", num_envs=4, seed=0, actor_id=2)
+    res = run_rollout_task(spec, payload, task_index=0, num_steps=200, epsilon=1.0)
+    b = res.batch
+    assert b.reward.shape == (200, 4) and b.observation.shape == (200, 4, 4)
+    assert (b.policy_version == 3).all()
+    last = b.terminated | b.truncated
+    # Last rows carry padding actions and zero reward; the next row starts step 0 of a new episode.
+    assert (b.action[last] == 0).all() and (b.reward[last] == 0).all()
+    t, e = np.nonzero(last[:-1])
+    assert (b.step[t + 1, e] == 0).all()
+    assert (b.episode_id[t + 1, e] != b.episode_id[t, e]).all()
+    # Within an episode, steps count up by one; discount is 0 exactly on terminated rows.
+    same = b.episode_id[1:] == b.episode_id[:-1]
+    assert (b.step[1:][same] == b.step[:-1][same] + 1).all()
+    np.testing.assert_array_equal(b.discount == 0.0, b.terminated)
+    # CartPole gives +1 per transition: a completed episode's return equals its length.
+    assert res.stats.episode_returns == [float(l) for l in res.stats.episode_lengths]
+    # Episode ids are unique per stream: stream id (actor 2, 4 envs) in the high bits.
+    assert set(np.unique(b.episode_id >> 32)) == {8, 9, 10, 11}
+    release_actors("test-rlds")
+
+
+def test_actor_state_continues_episodes_across_tasks(payload):
+    spec = ActorSpec("test-cont", "CartPole-v1", num_envs=2, seed=1, actor_id=0)
+    a = run_rollout_task(spec, payload, 0, 5, epsilon=0.0).batch
+    b = run_rollout_task(spec, payload, 1, 5, epsilon=0.0).batch
+    # The first row of task 1 continues the episode of task 0's last row (unless it ended there).
+    cont = ~(a.terminated[-1] | a.truncated[-1])
+    assert (b.episode_id[0][cont] == a.episode_id[-1][cont]).all()
+    assert (b.step[0][cont] == a.step[-1][cont] + 1).all()
+    release_actors("test-cont")
+
+
+def test_rebuilt_actor_is_deterministic_and_uses_fresh_episode_ids(payload):
+    spec = ActorSpec("test-det", "CartPole-v1", num_envs=3, seed=5, actor_id=1)
+    first = run_rollout_task(spec, payload, 7, 20, epsilon=0.5).batch
+    release_actors("test-det")       # the worker died: the retry rebuilds the actor
+    retry = run_rollout_task(spec, payload, 7, 20, epsilon=0.5).batch
+    for name, value in first.fields().items():
+        np.testing.assert_array_equal(value, retry.fields()[name], err_msg=name)
+    # Episodes begun in task 7 carry counter 7 << 10 in their low bits.
+    assert ((first.episode_id[0] & 0xFFFFFFFF) >> 10 == 7).all()
+    release_actors("test-det")
+
+
+def test_epsilon_greedy():
+    q = np.array([[0.0, 1.0], [2.0, 1.0], [0.0, 5.0]])
+    rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(epsilon_greedy(q, 0.0, rng), [1, 0, 1])
+    acts = epsilon_greedy(np.tile([[0.0, 1.0]], (10_000, 1)), 0.5, np.random.default_rng(1))
+    assert abs((acts == 0).mean() - 0.25) < 0.02   # half explore, half of those pick action 0
