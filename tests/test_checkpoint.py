@@ -100,7 +100,8 @@ def test_tf_variables_are_copied_at_save_time(tmp_path):
         ckpt.save(1, {"params": {"v": v}, "step": tf.constant(5, tf.int64)})
         v.assign(tf.zeros((2, 3)))  # mutating after save() must not leak into the checkpoint
         state, _ = ckpt.restore(1)
-    np.testing.assert_array_equal(state["params"]["v"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(state["params"]["v"],
+                                  np.arange(6, dtype=np.float32).reshape(2, 3))
     assert state["step"].dtype == np.int64 and state["step"] == 5
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -73,6 +74,10 @@ class Checkpointer:
         target_chunk_bytes: upper bound of one chunk (unit of parallelism and of partial reads).
         reuse_buffers: reuse the previous save's host buffers (see module docstring).
 
+    Reads (``restore``, ``read_variable``, ``metadata``) first wait for this
+    instance's in-flight save, so they see their own writes and never race
+    its retention. One writing instance per directory; readers may be many.
+
     Raises:
         CheckpointError: ``url`` exists but is not a DataBloom checkpoint directory, or
             was written with a newer schema version. Nothing is written or deleted.
@@ -85,6 +90,8 @@ class Checkpointer:
             raise CheckpointError(f"keep_last must be >= 1 or None, got {keep_last}")
         if keep_every is not None and keep_every < 1:
             raise CheckpointError(f"keep_every must be >= 1 or None, got {keep_every}")
+        if max_workers < 1:
+            raise CheckpointError(f"max_workers must be >= 1, got {max_workers}")
         if engine not in ("auto", "tensorstore", "zarr"):
             raise CheckpointError(f"unknown engine {engine!r}; valid: auto, tensorstore, zarr")
         try:
@@ -120,7 +127,6 @@ class Checkpointer:
         try:  # do not let a background error mask the exception already propagating
             self.close()
         except CheckpointError as bg:
-            import warnings
             warnings.warn(f"while handling {exc_type.__name__}: {bg}", RuntimeWarning)
 
     def wait(self) -> None:

@@ -171,7 +171,8 @@ class Location:
         return json.loads(self.fs.cat_file(self.path(*parts)))
 
     def write_bytes(self, data: bytes, *parts: str) -> None:
-        """Atomic whole-object write: temp file + fsync + rename locally, one PUT on object stores."""
+        """Atomic whole-object write: temp file + fsync + rename locally, one PUT on object
+        stores."""
         path = self.path(*parts)
         if not self.local:
             self.fs.pipe_file(path, data)
