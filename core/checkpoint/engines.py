@@ -44,8 +44,7 @@ def codecs_json(dtype: np.dtype, zstd_level: int) -> list:
     bytes_codec = ({"name": "bytes"} if dtype.itemsize == 1 else
                    {"name": "bytes", "configuration": {"endian": "little"}})
     zstd = {"name": "zstd", "configuration": {"level": zstd_level, "checksum": False}}
-    return [bytes_codec, zstd,
-            {"name": "crc32c"}]
+    return [bytes_codec, zstd, {"name": "crc32c"}]
 
 
 class TensorstoreWriter:
