@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -30,7 +31,7 @@ class DaskExecutor:
             n = n_workers or os.cpu_count() or 1
             self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
                                          processes=True, dashboard_address=None,
-                                         env=thread_env or {}, silence_logs="error")
+                                         env=thread_env or {}, silence_logs=logging.ERROR)
             self.client = Client(self._cluster)
         self.client.wait_for_workers(1, timeout=60)
         self._addrs: List[str] = []
@@ -44,7 +45,7 @@ class DaskExecutor:
         if actor is not None:
             addrs = self._worker_addresses()
             workers = [addrs[actor % len(addrs)]] if addrs else None
-        return self.client.submit(fn, *args, key=key, workers=workers, allow_other_workers=True,
+        return self.client.submit(fn, *args, key=key, workers=workers, allow_other_workers=workers is not None,
                                   retries=self.retries, pure=False, **kwargs)
 
     def wait(self, futures: Sequence[Any], timeout: float | None = None) -> List[Any]:
