@@ -201,7 +201,11 @@ class PolicyPayload:
 @contextlib.contextmanager
 def _quiet_keras():
     """Silence Keras' "Saved artifact at ..." export print, in this thread only."""
-    from keras.src.backend.common import global_state  # thread-local settings
+    try:
+        from keras.src.backend.common import global_state  # thread-local settings
+    except ImportError:  # a Keras without this private module: just stay verbose
+        yield
+        return
     previous = global_state.get_global_attribute("interactive_logging", True)
     global_state.set_global_attribute("interactive_logging", False)
     try:
@@ -399,22 +403,36 @@ class FlatbufferPatcher:
         start = time.perf_counter()
         if tuple(tuple(np.shape(w)) for w in weights) != self.shapes:
             raise ValueError(f"weights do not match the patcher's architecture {self.shapes}")
-        out = bytearray(self._template)
-        raw = np.frombuffer(out, np.uint8)
+        regions = []  # (byte offset, new bytes), disjoint
         for slot in self._slots:
             w = np.asarray(weights[slot.weight_index], np.float32)
-            w = w.T if slot.transpose else w
             if slot.dtype == _TYPE_INT8:
-                q, scale = quantize_symmetric(w, axis=0 if slot.num_scales > 1 else None)
-                raw[slot.offset:slot.offset + slot.nbytes] = q.reshape(-1).view(np.uint8)
-                raw[slot.scale_offset:slot.scale_offset + 4 * slot.num_scales] = \
-                    scale.astype("<f4").view(np.uint8)
+                # quantize the contiguous [in, out] kernel per output channel, transpose int8
+                q, scale = quantize_symmetric(w, axis=-1 if slot.num_scales > 1 else None)
+                regions.append((slot.scale_offset, scale.astype("<f4").tobytes()))
+                data = _transpose(q) if slot.transpose else q
             else:
-                dtype = "<f4" if slot.dtype == _TYPE_FLOAT32 else "<f2"
-                raw[slot.offset:slot.offset + slot.nbytes] = \
-                    np.ascontiguousarray(w, dtype=dtype).reshape(-1).view(np.uint8)
-        return PolicyPayload(int(version), self.precision, bytes(out), time.perf_counter() - start,
+                w = w.astype("<f4" if slot.dtype == _TYPE_FLOAT32 else "<f2", copy=False)
+                data = _transpose(w) if slot.transpose else w
+            regions.append((slot.offset, np.ascontiguousarray(data).view(np.uint8).reshape(-1)))
+        # One copy of the template: unchanged spans (as views) and new spans, joined.
+        template, pieces, cursor = memoryview(self._template), [], 0
+        for offset, new in sorted(regions, key=lambda r: r[0]):
+            pieces += [template[cursor:offset], new]
+            cursor = offset + len(new)
+        pieces.append(template[cursor:])
+        data = b"".join(pieces)
+        return PolicyPayload(int(version), self.precision, data, time.perf_counter() - start,
                              self.input_dim, self.output_dim, "patch")
+
+
+def _transpose(a: np.ndarray, tile: int = 256) -> np.ndarray:
+    """Contiguous ``a.T``, copied in cache-sized tiles (2x faster than numpy's for 2048^2)."""
+    out = np.empty(a.shape[::-1], a.dtype)
+    for i in range(0, a.shape[1], tile):
+        for j in range(0, a.shape[0], tile):
+            out[i:i + tile, j:j + tile] = a[j:j + tile, i:i + tile].T
+    return out
 
 
 # -------------------------------------------------------------------------- async
