@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -60,6 +60,26 @@ def concat_rows(batches: Sequence[TrajectoryBatch]) -> Dict[str, np.ndarray]:
     return out
 
 
+class _Shape:
+    """Shape and dtype of an array that is not allocated yet (for chunk_rows)."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+
+def field_specs(batches: Sequence[TrajectoryBatch]) -> Dict[str, Tuple[np.dtype, tuple]]:
+    """``{field: (dtype, row_shape)}``, checked to agree across batches."""
+    if not batches:
+        raise ReplayError("a shard needs at least one TrajectoryBatch; got none")
+    specs = {n: (v.dtype, v.shape[2:]) for n, v in batches[0].fields().items()}
+    for i, b in enumerate(batches[1:], 1):
+        other = {n: (v.dtype, v.shape[2:]) for n, v in b.fields().items()}
+        if other != specs:
+            diff = sorted(set(specs.items()) ^ set(other.items()), key=str)
+            raise ReplayError(f"batch {i} of a shard differs from batch 0 in fields/dtypes/shapes: {diff}")
+    return specs
+
+
 def episode_segments(rows: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """Index of contiguous episode segments: episode_id, start, length, first_step, return, end.
 
@@ -85,18 +105,19 @@ def episode_segments(rows: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     }
 
 
-def chunk_rows(arr: np.ndarray, chunk_bytes: int) -> int:
-    """Rows per chunk so that a chunk holds about ``chunk_bytes`` of raw data."""
-    row_bytes = max(1, arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
-    return int(max(1, min(len(arr), chunk_bytes // row_bytes)))
+def chunk_rows(arr, chunk_bytes: int) -> int:
+    """Rows per chunk so that a chunk holds about ``chunk_bytes`` of raw data (``arr``: shape+dtype)."""
+    row_bytes = max(1, np.dtype(arr.dtype).itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
+    return int(max(1, min(arr.shape[0], chunk_bytes // row_bytes)))
 
 
-def _zarr_metadata(arr: np.ndarray, chunks: int, level: int) -> Dict[str, Any]:
+def _zarr_metadata(shape: tuple, dtype, chunks: int, level: int) -> Dict[str, Any]:
+    dtype = np.dtype(dtype)
     return {
-        "shape": list(arr.shape), "data_type": arr.dtype.name,
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunks, *arr.shape[1:]]}},
+        "shape": list(shape), "data_type": dtype.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunks, *shape[1:]]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": False if arr.dtype == np.bool_ else 0,
+        "fill_value": False if dtype == np.bool_ else 0,
         "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
                    {"name": "zstd", "configuration": {"level": level, "checksum": False}},
                    {"name": "crc32c"}],
@@ -112,32 +133,44 @@ class _TensorstoreEngine:
         self.context = ts.Context({"data_copy_concurrency": {"limit": threads},
                                    "file_io_concurrency": {"limit": 2 * threads}})
 
-    def write(self, root: str, arrays: Dict[str, np.ndarray], chunk_bytes: int, level: int) -> None:
+    def create(self, root: str, specs: Dict[str, Tuple[tuple, np.dtype, int]], level: int) -> Dict[str, Any]:
+        """Create every array at once; returns handles for ``write``."""
         opens = {name: self.ts.open({
             "driver": "zarr3", "kvstore": {"driver": "file", "path": f"{root}/{name}/"},
-            "metadata": _zarr_metadata(a, chunk_rows(a, chunk_bytes), level),
+            "metadata": _zarr_metadata(shape, dtype, chunks, level),
             "create": True, "delete_existing": True}, context=self.context)
-            for name, a in arrays.items()}
-        writes = [opens[name].result().write(a) for name, a in arrays.items()]
-        for w in writes:
-            w.result()
+            for name, (shape, dtype, chunks) in specs.items()}
+        return {name: f.result() for name, f in opens.items()}
+
+    def write(self, handle, lo: int, data: np.ndarray):
+        """Start writing chunk-aligned rows ``[lo, lo + len(data))``; returns a future."""
+        return handle[lo:lo + len(data)].write(data)
+
+    def write_all(self, root: str, arrays: Dict[str, np.ndarray], chunk_bytes: int, level: int) -> None:
+        """Write whole arrays, all in flight at once (used by the benchmark's reference)."""
+        specs = {n: (a.shape, a.dtype, chunk_rows(a, chunk_bytes)) for n, a in arrays.items()}
+        handles = self.create(root, specs, level)
+        for f in [self.write(handles[n], 0, a) for n, a in arrays.items()]:
+            f.result()
 
 
 class _ZarrEngine:
-    """Writes arrays with zarr-python through an fsspec store."""
+    """Writes arrays with zarr-python through an fsspec store (chunks of one write go concurrently)."""
 
-    def write(self, root: str, arrays: Dict[str, np.ndarray], chunk_bytes: int, level: int) -> None:
+    def create(self, root: str, specs: Dict[str, Tuple[tuple, np.dtype, int]], level: int) -> Dict[str, Any]:
         import zarr
         from zarr.storage import StorePath
         from core.replay.shard_reader import zarr_store
         store = zarr_store(root, read_only=False)
-        for name, a in arrays.items():
-            z = zarr.create_array(
-                StorePath(store, name), shape=a.shape, dtype=a.dtype,
-                chunks=(chunk_rows(a, chunk_bytes), *a.shape[1:]),
-                compressors=[zarr.codecs.ZstdCodec(level=level), zarr.codecs.Crc32cCodec()],
-                fill_value=False if a.dtype == np.bool_ else 0, overwrite=True)
-            z[...] = a
+        return {name: zarr.create_array(
+            StorePath(store, name), shape=shape, dtype=dtype, chunks=(chunks, *shape[1:]),
+            compressors=[zarr.codecs.ZstdCodec(level=level), zarr.codecs.Crc32cCodec()],
+            fill_value=False if dtype == np.bool_ else 0, overwrite=True)
+            for name, (shape, dtype, chunks) in specs.items()}
+
+    def write(self, handle, lo: int, data: np.ndarray):
+        handle[lo:lo + len(data)] = data
+        return None
 
 
 def _engine_for(url: str, engine: str, threads: int):
@@ -186,23 +219,55 @@ class ShardWriter:
     def write(self, shard_id: str, batches: Sequence[TrajectoryBatch],
               attrs: Optional[Dict[str, Any]] = None) -> ShardInfo:
         """Write (or overwrite) the uncommitted shard ``shard_id``; returns its ShardInfo."""
-        rows = concat_rows(batches)
-        if len(rows["reward"]) == 0:
+        specs = field_specs(batches)
+        total = sum(b.size for b in batches)
+        if total == 0:
             raise ReplayError(f"shard {shard_id!r} would have no rows; write at least one step")
-        segments = episode_segments(rows)
         self.remove(shard_id)
         root = f"{self.path}/{shard_id}"
-        arrays = dict(rows)
-        arrays.update({f"{EPISODES_GROUP}/{k}": v for k, v in segments.items()})
-        local_root = root if urls.scheme_of(self.url) == "file" else urls.join(self.url, shard_id)
-        self.engine.write(local_root, arrays, self.chunk_bytes, self.zstd_level)
-        for group in sorted({n.rsplit("/", 1)[0] for n in arrays if "/" in n}):
+        engine_root = root if urls.scheme_of(self.url) == "file" else urls.join(self.url, shard_id)
+        shapes = {n: ((total, *shape), dtype) for n, (dtype, shape) in specs.items()}
+        handles = self.engine.create(
+            engine_root, {n: (shp, dt, chunk_rows(_Shape(shp, dt), self.chunk_bytes)) for n, (shp, dt) in shapes.items()},
+            self.zstd_level)
+        futures, rows = [], {}
+        for name, (shape, dtype) in shapes.items():
+            rows[name] = self._fill_streaming(name, batches, shape, dtype, handles[name], futures)
+        segments = episode_segments(rows)
+        seg_specs = {f"{EPISODES_GROUP}/{k}": (v.shape, v.dtype, chunk_rows(v, self.chunk_bytes))
+                     for k, v in segments.items()}
+        seg_handles = self.engine.create(engine_root, seg_specs, self.zstd_level)
+        futures += [self.engine.write(seg_handles[f"{EPISODES_GROUP}/{k}"], 0, v) for k, v in segments.items()]
+        for f in futures:
+            if f is not None:
+                f.result()
+        for group in sorted({n.rsplit("/", 1)[0] for n in [*shapes, *seg_specs] if "/" in n}):
             self.fs.pipe_file(f"{root}/{group}/zarr.json", json.dumps({**GROUP_JSON, "attributes": {}}).encode())
         info = self._info(shard_id, rows, segments)
         meta = self._attrs(info, rows, segments, batches, attrs or {})
         self.fs.pipe_file(f"{root}/zarr.json",
                           json.dumps({**GROUP_JSON, "attributes": {ATTRS_KEY: meta}}).encode())
         return info
+
+    def _fill_streaming(self, name, batches, shape, dtype, handle, futures) -> np.ndarray:
+        """Copy each batch's rows (env-major) into one array, writing whole chunks as they fill.
+
+        One copy per byte, and the engine compresses finished chunks while the
+        next batches are copied.
+        """
+        out = np.empty(shape, dtype)
+        per_chunk = chunk_rows(_Shape(shape, dtype), self.chunk_bytes)
+        offset = written = 0
+        for batch in batches:
+            value = batch.fields()[name]
+            T, E = value.shape[:2]
+            out[offset:offset + T * E].reshape(E, T, *value.shape[2:])[...] = np.swapaxes(value, 0, 1)
+            offset += T * E
+            ready = offset if offset == shape[0] else offset // per_chunk * per_chunk
+            if ready > written:
+                futures.append(self.engine.write(handle, written, out[written:ready]))
+                written = ready
+        return out
 
     @staticmethod
     def _info(shard_id: str, rows: Dict[str, np.ndarray], segments: Dict[str, np.ndarray]) -> ShardInfo:

@@ -41,15 +41,13 @@ class SumTree:
             i //= 2
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Set the leaves of ``slots`` (last write wins for duplicates) and fix their ancestors."""
+        """Set the leaves of ``slots`` (the last duplicate wins) and fix their ancestors."""
         idx = np.asarray(slots, np.int64) + self.leaf0
         self.tree[idx] = priorities
-        idx = np.unique(idx // 2)
-        while idx.size and idx[-1] >= 1:
+        # Duplicate parents get the same value from the same children: no need to dedupe.
+        for _ in range(self.leaf0.bit_length() - 1):
+            idx //= 2
             self.tree[idx] = self.tree[2 * idx] + self.tree[2 * idx + 1]
-            if idx[-1] == 1:
-                break
-            idx = np.unique(idx // 2)
 
     def find(self, values: np.ndarray) -> np.ndarray:
         """Slots ``i`` with ``sum(p[:i]) <= value < sum(p[:i+1])`` (values in [0, total))."""

@@ -31,13 +31,15 @@ def stall(*args, **kwargs):
     print("STALLED", flush=True)
     time.sleep(120)
 
-if {where!r} == "mid-arrays":   # write half of the arrays, then hang
-    engine = store.writer.engine
+if {where!r} == "mid-arrays":   # start writing 4 blocks of arrays, then hang
+    engine, calls = store.writer.engine, []
     real = engine.write
-    def half(root, arrays, *a):
-        real(root, dict(list(arrays.items())[: len(arrays) // 2]), *a)
-        stall()
-    engine.write = half
+    def partial(handle, lo, data):
+        calls.append(lo)
+        if len(calls) > 4:
+            stall()
+        return real(handle, lo, data)
+    engine.write = partial
 else:                          # every array written, completion marker not yet
     shard_writer.ShardWriter._attrs = stall
 store.write_shard("killed", [random_batch(1, T=256)])

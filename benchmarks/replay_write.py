@@ -1,0 +1,128 @@
+"""Replay shard write throughput vs np.save (+fsync) and vs raw tensorstore, side by side.
+
+Writes the same arrays (every field of a shard: observation, action, reward,
+..., extras) four ways and reports MB/s of raw (uncompressed) data, median of
+``--repeats`` runs:
+
+* ``np.save+fsync``  one .npy per array, fsynced (no compression, no chunks);
+* ``tensorstore``    tensorstore zarr3, same chunks and codecs (bytes/zstd/crc32c),
+                     all array writes in flight at once (the goal's reference);
+* ``ReplayStore``    ``store.write_shard`` (default engine: tensorstore), including
+                     flattening the batches, the episode index and the metadata;
+* ``ReplayStore/zarr`` the same with the zarr-python engine (used for fsspec URLs).
+
+Usage::
+
+    python benchmarks/replay_write.py            # small (< 1 min)
+    python benchmarks/replay_write.py --full     # 20k Atari frames, 1M CartPole steps
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from core.replay import ReplayStore  # noqa: E402
+from core.replay.shard_writer import _TensorstoreEngine, concat_rows, episode_segments  # noqa: E402
+from core.trajectory import TrajectoryBatch, make_episode_id  # noqa: E402
+
+
+def make_batches(kind: str, rows: int, envs: int = 8, steps: int = 128, seed: int = 0):
+    """Rollout batches [steps, envs, ...]; Atari frames are compressible, game-like images."""
+    rng = np.random.default_rng(seed)
+    n_batches = max(1, rows // (envs * steps))
+    if kind == "atari":
+        base = (rng.integers(0, 4, (84, 168)) * 40).astype(np.uint8)
+        base = np.repeat(np.repeat(base[::4, ::4], 4, 0), 4, 1)[:84, :168]
+    out = []
+    for b in range(n_batches):
+        t = np.arange(steps)[:, None] + b * steps
+        if kind == "atari":
+            shift = (t + np.arange(envs)[None, :] * 7) % 84
+            obs = np.stack([np.stack([base[:, s:s + 84] for s in row]) for row in shift])
+            obs[:, :, 40:44, 20:24] = 255
+        else:
+            obs = rng.standard_normal((steps, envs, 4)).astype(np.float32)
+        term = rng.random((steps, envs)) < 0.01
+        out.append(TrajectoryBatch(
+            observation=obs, action=rng.integers(0, 6, (steps, envs)).astype(np.int64),
+            reward=rng.random((steps, envs)).astype(np.float32), discount=(~term).astype(np.float32),
+            terminated=term, truncated=np.zeros_like(term),
+            episode_id=make_episode_id(np.arange(envs)[None, :] + b * envs, 0).repeat(steps, 0),
+            step=np.broadcast_to(np.arange(steps, dtype=np.int32)[:, None], (steps, envs)).copy(),
+            policy_version=np.full((steps, envs), b, np.int64), env_id="bench"))
+    return out
+
+
+def bench_npsave(arrays, root):
+    os.makedirs(root)
+    for i, a in enumerate(arrays.values()):
+        with open(os.path.join(root, f"{i}.npy"), "wb") as f:
+            np.save(f, a)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def timed(fn, repeats, tmp, label, setup=lambda root: root):
+    times = []
+    for r in range(repeats):
+        root = os.path.join(tmp, f"{label}-{r}")
+        target = setup(root)  # not timed: e.g. creating the (empty) store
+        t0 = time.perf_counter()
+        fn(target)
+        times.append(time.perf_counter() - t0)
+        shutil.rmtree(root, ignore_errors=True)
+    return statistics.median(times)
+
+
+def run(kind: str, rows: int, repeats: int, threads: int, chunk_bytes: int, tmp: str):
+    batches = make_batches(kind, rows)
+    arrays = concat_rows(batches)
+    arrays.update({f"episodes/{k}": v for k, v in episode_segments(arrays).items()})
+    nbytes = sum(a.nbytes for a in concat_rows(batches).values())
+    engine = _TensorstoreEngine(threads)
+    results = {
+        "np.save+fsync": timed(lambda root: bench_npsave(arrays, root), repeats, tmp, "npy"),
+        "tensorstore": timed(lambda root: engine.write_all(root, arrays, chunk_bytes, 3), repeats, tmp, "ts"),
+    }
+    for label, eng in (("ReplayStore", "tensorstore"), ("ReplayStore/zarr", "zarr")):
+        def create(root, eng=eng):
+            return ReplayStore.open_or_create(root, env_id="bench", engine=eng, threads=threads,
+                                              chunk_bytes=chunk_bytes)
+        results[label] = timed(lambda store: store.write_shard("r000000-g0000", batches),
+                               repeats, tmp, label.replace("/", "-"), setup=create)
+    return nbytes, results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="large sizes (20k frames, 1M CartPole steps)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--chunk-bytes", type=int, default=4 << 20)
+    parser.add_argument("--dir", default=None, help="scratch folder (default: a temp dir)")
+    args = parser.parse_args(argv)
+    sizes = {"atari": 20_480 if args.full else 4_096, "cartpole": 1_048_576 if args.full else 131_072}
+    tmp = tempfile.mkdtemp(dir=args.dir, prefix="replay-write-")
+    print(f"{'data':<10}{'rows':>9}{'MB':>8}  " + "".join(f"{m:>18}" for m in
+          ("np.save+fsync", "tensorstore", "ReplayStore", "ReplayStore/zarr")) + f"{'RS/ts':>8}{'RS/npy':>8}")
+    try:
+        for kind, rows in sizes.items():
+            nbytes, res = run(kind, rows, args.repeats, args.threads, args.chunk_bytes, tmp)
+            mbs = {k: nbytes / t / 1e6 for k, t in res.items()}
+            print(f"{kind:<10}{rows:>9}{nbytes / 1e6:>8.1f}  " + "".join(f"{mbs[m]:>13.0f} MB/s" for m in mbs)
+                  + f"{mbs['ReplayStore'] / mbs['tensorstore']:>8.2f}{mbs['ReplayStore'] / mbs['np.save+fsync']:>8.2f}",
+                  flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
