@@ -22,6 +22,7 @@ processes share the cores instead of oversubscribing them.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import types
@@ -30,7 +31,6 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
 
 import yaml
 
-ALGORITHMS = ("dqn",)
 PRECISIONS = ("fp32", "fp16", "int8-dynamic", "int8-full")
 EXECUTORS = ("local", "dask")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -46,30 +46,6 @@ class EnvConfig:
     id: str = "CartPole-v1"
     num_envs: int = 8                  # vectorized envs per actor task
     max_episode_steps: Optional[int] = None
-
-
-@dataclasses.dataclass
-class EpsilonConfig:
-    """Linear epsilon-greedy schedule over env steps: start -> end over decay_steps."""
-    start: float = 1.0
-    end: float = 0.04
-    decay_steps: int = 8_000
-    eval: float = 0.0
-
-
-@dataclasses.dataclass
-class AgentConfig:
-    algo: Literal["dqn"] = "dqn"
-    hidden: List[int] = dataclasses.field(default_factory=lambda: [256, 256])
-    gamma: float = 0.99
-    n_step: int = 3
-    double_q: bool = True
-    learning_rate: float = 1e-3
-    batch_size: int = 64
-    target_update_period: int = 100    # learner steps between hard target updates
-    huber_delta: float = 1.0
-    max_grad_norm: float = 10.0
-    epsilon: EpsilonConfig = dataclasses.field(default_factory=EpsilonConfig)
 
 
 @dataclasses.dataclass
@@ -109,7 +85,8 @@ class EvalConfig:
     every_env_steps: int = 4_000
     episodes: int = 20
     target_return: float = 475.0
-    stop_at_target: bool = True        # stop training once the best eval reaches target
+    confirm_episodes: int = 100        # an eval at target counts only if this many fresh episodes agree
+    stop_at_target: bool = True        # stop training once a (confirmed) eval reaches target
 
 
 @dataclasses.dataclass
@@ -135,7 +112,7 @@ class Config:
     executor: Literal["local", "dask"] = "dask"
     run_dir: Optional[str] = None      # default runs/<name>
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
-    agent: AgentConfig = dataclasses.field(default_factory=AgentConfig)
+    agent: Any = None                  # the algorithm's config class (core.agents.registry), default dqn
     actors: ActorsConfig = dataclasses.field(default_factory=ActorsConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
@@ -149,16 +126,6 @@ class Config:
 _RANGES: Dict[str, Tuple[Any, str]] = {
     "total_env_steps": (lambda v: v > 0, "> 0"),
     "env.num_envs": (lambda v: 1 <= v <= 4096, "1..4096"),
-    "agent.gamma": (lambda v: 0.0 <= v <= 1.0, "0..1"),
-    "agent.n_step": (lambda v: 1 <= v <= 100, "1..100"),
-    "agent.learning_rate": (lambda v: 0.0 < v < 1.0, "0 < lr < 1"),
-    "agent.batch_size": (lambda v: v >= 1, ">= 1"),
-    "agent.target_update_period": (lambda v: v >= 1, ">= 1"),
-    "agent.hidden": (lambda v: len(v) >= 1 and all(h >= 1 for h in v), "non-empty list of widths >= 1"),
-    "agent.epsilon.start": (lambda v: 0.0 <= v <= 1.0, "0..1"),
-    "agent.epsilon.end": (lambda v: 0.0 <= v <= 1.0, "0..1"),
-    "agent.epsilon.eval": (lambda v: 0.0 <= v <= 1.0, "0..1"),
-    "agent.epsilon.decay_steps": (lambda v: v >= 1, ">= 1"),
     "actors.num_actors": (lambda v: v >= 1, ">= 1"),
     "actors.steps_per_task": (lambda v: v >= 1, ">= 1"),
     "actors.broadcast_period": (lambda v: v >= 1, ">= 1"),
@@ -174,6 +141,7 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "checkpoint.keep_last": (lambda v: v >= 1, ">= 1"),
     "eval.every_env_steps": (lambda v: v >= 1, ">= 1"),
     "eval.episodes": (lambda v: v >= 1, ">= 1"),
+    "eval.confirm_episodes": (lambda v: v >= 0, ">= 0 (0 = no confirmation)"),
     "dask.n_workers": (lambda v: v >= 0, ">= 0 (0 = one per core)"),
     "dask.threads_per_worker": (lambda v: v >= 1, ">= 1"),
     "dask.task_retries": (lambda v: v >= 0, ">= 0"),
@@ -249,6 +217,15 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     raise ConfigError(f"config key '{key}' has unsupported type {tp}")  # a bug in the schema
 
 
+def _agent_class(data: Any) -> type:
+    """The agent config dataclass named by ``agent.algo`` (default dqn)."""
+    from core.agents import registry
+    algo = data.get("algo", "dqn") if isinstance(data, dict) else "dqn"
+    if algo not in registry.algorithms():
+        raise ConfigError(f"config key 'agent.algo' = {algo!r} is not valid; valid: {', '.join(registry.algorithms())}")
+    return registry.config_class(algo)
+
+
 def _build(cls: type, data: Dict[str, Any], prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
@@ -256,7 +233,10 @@ def _build(cls: type, data: Dict[str, Any], prefix: str = "") -> Any:
     for key, value in data.items():
         if key not in hints:
             raise ConfigError(f"unknown config key '{prefix}{key}'; valid keys: {', '.join(names)}")
-        kwargs[key] = _coerce(prefix + key, value, hints[key])
+        tp = _agent_class(value) if cls is Config and key == "agent" else hints[key]
+        kwargs[key] = _coerce(prefix + key, value, tp)
+    if cls is Config and kwargs.get("agent") is None:
+        kwargs["agent"] = _agent_class({})()
     return cls(**kwargs)
 
 
@@ -289,10 +269,13 @@ def validate(cfg: Config) -> Config:
     for key, (ok, desc) in _RANGES.items():
         if not ok(_get(cfg, key)):
             raise ConfigError(f"config key '{key}' = {_get(cfg, key)!r} is out of range; valid: {desc}")
-    if cfg.agent.algo not in ALGORITHMS:
-        raise ConfigError(f"config key 'agent.algo' = {cfg.agent.algo!r} is unknown; valid: {', '.join(ALGORITHMS)}")
-    from core.envs import check_env_id  # local import: envs imports gymnasium
+    for key, (ok, desc) in getattr(importlib.import_module(type(cfg.agent).__module__), "RANGES", {}).items():
+        if not ok(_get(cfg.agent, key)):
+            raise ConfigError(f"config key 'agent.{key}' = {_get(cfg.agent, key)!r} is out of range; valid: {desc}")
+    from core.agents.registry import get_builder
+    from core.envs import check_env_id, env_spec  # local import: envs imports gymnasium
     check_env_id(cfg.env.id)
+    get_builder(cfg.agent.algo).check_env(env_spec(cfg.env.id))
     return cfg
 
 

@@ -16,7 +16,7 @@ unique because an episode started in task ``k`` gets the counter
 Example::
 
     spec = ActorSpec(run_id="r", env_id="CartPole-v1", num_envs=8, seed=0, actor_id=0)
-    result = run_rollout_task(spec, payload, task_index=0, num_steps=32, epsilon=0.1)
+    result = run_rollout_task(spec, payload, task_index=0, num_steps=32, explore={"epsilon": 0.1})
     result.batch.reward.shape   # (32, 8)
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from core.envs import make_vector_env
+from core.envs import env_spec, make_vector_env
+from core.exploration import SELECTORS, epsilon_greedy  # noqa: F401  (re-exported)
 from core.trajectory import TrajectoryBatch, make_episode_id
 
 #: Episodes an env may start within one task before ids could collide.
@@ -46,6 +47,7 @@ class ActorSpec:
     actor_id: int
     max_episode_steps: Optional[int] = None
     litert_threads: int = 1
+    selector: str = "epsilon_greedy"    # action selector in core.exploration
 
 
 @dataclasses.dataclass
@@ -65,16 +67,6 @@ class RolloutStats:
 class RolloutResult:
     batch: TrajectoryBatch
     stats: RolloutStats
-
-
-def epsilon_greedy(q_values: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """Greedy actions, each replaced by a uniform one with probability ``epsilon``."""
-    greedy = np.argmax(q_values, axis=-1)
-    if epsilon <= 0.0:
-        return greedy.astype(np.int64)
-    explore = rng.random(greedy.shape[0]) < epsilon
-    random = rng.integers(q_values.shape[-1], size=greedy.shape[0])
-    return np.where(explore, random, greedy).astype(np.int64)
 
 
 class ActorState:
@@ -98,6 +90,8 @@ class ActorState:
         self.episode_return = np.zeros(e, np.float64)
         self.next_task = task_index
         self.policy = None
+        self.env_spec = env_spec(spec.env_id)
+        self.select = SELECTORS[spec.selector]
 
     def set_policy(self, payload) -> None:
         from core.policy import LiteRTPolicy  # actors import LiteRT, never TF
@@ -113,14 +107,15 @@ def _env_seed(spec: ActorSpec, task_index: int) -> int:
 
 
 def rollout(state: ActorState, payload, task_index: int, num_steps: int,
-            epsilon: float) -> RolloutResult:
-    """Step ``state``'s envs for ``num_steps`` with ``payload``'s policy (epsilon-greedy)."""
+            explore: Dict[str, float]) -> RolloutResult:
+    """Step ``state``'s envs for ``num_steps`` with ``payload``'s policy and selector params ``explore``."""
     spec = state.spec
     state.set_policy(payload)
     rng = np.random.default_rng([spec.seed, spec.actor_id, task_index, 1])
     e, t = spec.num_envs, num_steps
     obs_buf = np.empty((t, e) + state.obs.shape[1:], state.obs.dtype)
-    act_buf = np.zeros((t, e), np.int64)
+    act_buf: Optional[np.ndarray] = None
+    extras: Dict[str, np.ndarray] = {}
     rew_buf = np.zeros((t, e), np.float32)
     term_buf = np.zeros((t, e), bool)
     trunc_buf = np.zeros((t, e), bool)
@@ -137,11 +132,17 @@ def rollout(state: ActorState, payload, task_index: int, num_steps: int,
         obs = state.obs
         last = state.obs_terminated | state.obs_truncated
         t0 = time.perf_counter()
-        q = state.policy(obs.reshape(e, -1).astype(np.float32, copy=False))
+        out = state.policy(obs.reshape(e, -1).astype(np.float32, copy=False))
         infer_s += time.perf_counter() - t0
-        action = epsilon_greedy(q, epsilon, rng)
+        action, extra = state.select(out, explore, rng, state.env_spec)
+        if act_buf is None:
+            act_buf = np.zeros((t,) + action.shape, action.dtype)
+            extras = {k: np.zeros((t,) + v.shape, v.dtype) for k, v in extra.items()}
         obs_buf[i] = obs
-        act_buf[i] = np.where(last, 0, action)
+        # Last rows carry padding (the env resets and ignores the action).
+        act_buf[i] = np.where(last.reshape((e,) + (1,) * (action.ndim - 1)), 0, action)
+        for k, v in extra.items():
+            extras[k][i] = v
         term_buf[i] = state.obs_terminated
         trunc_buf[i] = state.obs_truncated
         ep_buf[i] = state.episode_id
@@ -170,7 +171,7 @@ def rollout(state: ActorState, payload, task_index: int, num_steps: int,
         observation=obs_buf, action=act_buf, reward=rew_buf,
         discount=np.where(term_buf, 0.0, 1.0).astype(np.float32),
         terminated=term_buf, truncated=trunc_buf, episode_id=ep_buf, step=step_buf,
-        policy_version=np.full((t, e), payload.version, np.int64),
+        policy_version=np.full((t, e), payload.version, np.int64), extras=extras,
         env_id=spec.env_id, actor_id=spec.actor_id,
         task_id=f"a{spec.actor_id:04d}-t{task_index:07d}", seed=spec.seed)
     stats = RolloutStats(spec.actor_id, task_index, t * e, payload.version, returns, lengths,
@@ -184,7 +185,7 @@ _ACTORS_LOCK = threading.Lock()
 
 
 def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
-                     epsilon: float) -> RolloutResult:
+                     explore: Dict[str, float]) -> RolloutResult:
     """The rollout stage as a schedulable task (any executor).
 
     Reuses the actor's env state if this worker holds it at the right task
@@ -198,7 +199,7 @@ def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
             state = ActorState(spec, task_index)
             _ACTORS[key] = state
     try:
-        result = rollout(state, payload, task_index, num_steps, epsilon)
+        result = rollout(state, payload, task_index, num_steps, explore)
     except BaseException:
         with _ACTORS_LOCK:
             _ACTORS.pop(key, None)

@@ -35,7 +35,6 @@ import numpy as np
 
 from core import config as config_lib
 from core import urls
-from core.agents.dqn.actor import LinearEpsilon
 from core.metrics import MetricsLogger
 from core.rollout import ActorSpec
 from pipelines import stages
@@ -91,11 +90,11 @@ class Trainer:
 
     # -- setup ---------------------------------------------------------------
     def _setup(self) -> None:
-        from core.agents.dqn.learning import DQNLearner
+        from core.agents.registry import get_builder
         from core.checkpoint import Checkpointer
         from core.envs import env_spec
         from core.quantize import AsyncQuantizer, PolicyQuantizer
-        from core.replay import NStepSampler, ReplayCache, ReplayStore
+        from core.replay import ReplayCache, ReplayStore
 
         cfg = self.cfg
         configure_threads(cfg)
@@ -112,14 +111,14 @@ class Trainer:
         self.ckpt = Checkpointer(urls.join(self.run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                  keep_every=cfg.checkpoint.keep_every)
         self.best_ckpt = Checkpointer(urls.join(self.run_dir, "best"), keep_last=1)
-        self.learner = DQNLearner(self.spec, cfg.agent, seed=cfg.seed)
+        self.builder = get_builder(cfg.agent.algo)
+        self.learner = self.builder.make_learner(self.spec, cfg.agent, cfg.seed)
         self.cache = ReplayCache(self.store, max_transitions=cfg.replay.capacity)
-        self.sampler = NStepSampler(self.cache, n=cfg.agent.n_step, gamma=cfg.agent.gamma)
+        self.sampler = self.builder.make_sampler(self.cache, cfg.agent)
         self.quantizer = PolicyQuantizer(cfg.actors.precision, patch=True)
         self.async_quantizer = None
         if not getattr(self.executor, "deterministic", False):
             self.async_quantizer = AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
-        self.epsilon = LinearEpsilon(cfg.agent.epsilon.start, cfg.agent.epsilon.end, cfg.agent.epsilon.decay_steps)
         self.rng = np.random.default_rng([cfg.seed, 7])
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
         if self.resume:
@@ -127,7 +126,7 @@ class Trainer:
         self.log = MetricsLogger(self.run_dir)
         self.log.write("config", step=0, config=config_lib.to_dict(cfg))
         self.actor_specs = [ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
-                                      cfg.env.max_episode_steps, cfg.threads.litert)
+                                      cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector)
                             for a in range(cfg.actors.num_actors)]
 
     def _restore(self) -> None:
@@ -199,6 +198,7 @@ class Trainer:
         cfg = self.cfg
         self.version_time: Dict[int, float] = {}
         self.version_params: Dict[int, Any] = {}
+        self.n_evals = 0
         self._new_version(blocking=True)
         start = time.time()
         in_flight: Dict[Any, int] = {}
@@ -223,9 +223,9 @@ class Trainer:
             nonlocal submitted_steps
             k = self.loop.next_task[a]
             self.loop.next_task[a] += 1
-            eps = self.epsilon(submitted_steps)
+            explore = self.builder.exploration(cfg.agent, submitted_steps, a)
             fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], self.payload_ref, k,
-                                       cfg.actors.steps_per_task, eps, key=f"rollout-{self.run_id}-a{a}-t{k}",
+                                       cfg.actors.steps_per_task, explore, key=f"rollout-{self.run_id}-a{a}-t{k}",
                                        actor=a)
             in_flight[fut] = a
             submitted_steps += steps_per_task
@@ -301,10 +301,12 @@ class Trainer:
             # 7. evaluation: keep the best version; stop at the target.
             if self.loop.env_steps >= next_eval and self.learner.steps > 0:
                 next_eval += cfg.eval.every_env_steps
+                self.n_evals += 1
                 evals.append(self.executor.submit(
                     stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
-                    cfg.seed + 100_000 + len(evals), cfg.env.max_episode_steps,
-                    key=f"eval-{self.run_id}-v{self.loop.policy_version}-{len(evals)}"))
+                    cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
+                    self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
+                    key=f"eval-{self.run_id}-{self.n_evals}"))
             for fut in [f for f in evals if f.done()]:
                 evals.remove(fut)
                 stop |= self._on_evaluation(fut.result(), start)
@@ -349,20 +351,29 @@ class Trainer:
         return max(per_task * self.cfg.actors.num_actors, 512)
 
     def _on_evaluation(self, result: Dict[str, Any], start: float) -> bool:
+        """Log an evaluation, keep the best version's parameters; True = stop (target reached).
+
+        Versions are ranked by the confirmed mean when there is one (see
+        ``run_evaluation_task``), so the kept policy is the most trustworthy.
+        """
         cfg = self.cfg
+        score = result["confirmed_mean"] if result["confirmed_mean"] is not None else result["mean"]
         self.log.write("eval", step=self.loop.env_steps, version=result["version"], mean=result["mean"],
-                       std=result["std"], min=result["min"], wall_s=time.time() - _process_start())
-        if result["mean"] > self.loop.best_return:
-            self.loop.best_return = result["mean"]
+                       std=result["std"], min=result["min"], confirmed_mean=result["confirmed_mean"],
+                       wall_s=time.time() - _process_start())
+        if score > self.loop.best_return:
+            self.loop.best_return = score
             self.loop.best_version = result["version"]
             params = self.version_params.get(result["version"])
             if params is not None:
                 self.best_ckpt.save(result["version"], {"params": params},
                                     metadata={"eval": json.dumps(result), "config": config_lib.to_json(cfg)})
-        if result["mean"] >= cfg.eval.target_return and self.loop.time_to_target_s is None:
+        solved = score >= cfg.eval.target_return and (
+            result["confirmed_mean"] is not None or cfg.eval.confirm_episodes == 0)
+        if solved and self.loop.time_to_target_s is None:
             self.loop.time_to_target_s = time.time() - _process_start()
             self.loop.env_steps_to_target = self.loop.env_steps
-        return bool(cfg.eval.stop_at_target and result["mean"] >= cfg.eval.target_return)
+        return bool(cfg.eval.stop_at_target and solved)
 
     def _checkpoint(self) -> None:
         self.ckpt.save(self.learner.steps, {"learner": self.learner.state()},
@@ -389,6 +400,7 @@ class Trainer:
                 self.learner.policy_model, version=self.loop.policy_version,
                 calibration_obs=calib if precision == "int8-full" else None)
             returns = evaluate_payload(payload, cfg.env.id, cfg.eval.episodes, seed=cfg.seed + 900_000,
+                                       selector=self.builder.action_selector,
                                        max_episode_steps=cfg.env.max_episode_steps)
             final[precision] = {"mean": float(returns.mean()), "std": float(returns.std()),
                                 "payload_bytes": int(payload.nbytes)}

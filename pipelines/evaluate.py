@@ -74,26 +74,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.episodes < 1:
         print("error: --episodes must be >= 1", file=sys.stderr)
         return 2
-    from core.agents.dqn.learning import DQNLearner
+    from core.agents.registry import get_builder
     from core.envs import env_spec, make_vector_env
     from core.evaluation import evaluate_payload
     from core.quantize import PolicyQuantizer
     cfg, params, label = load_policy_params(args.run_dir, args.checkpoint)
     precision = args.precision or cfg.actors.precision
-    learner = DQNLearner(env_spec(cfg.env.id), cfg.agent, seed=cfg.seed)
+    builder = get_builder(cfg.agent.algo)
+    learner = builder.make_learner(env_spec(cfg.env.id), cfg.agent, cfg.seed)
     learner.restore({**learner.state(), "params": params})
     calib = None
     if precision == "int8-full":  # calibrate on observations of the policy's own episodes
+        from core.exploration import SELECTORS, greedy_params
+        select, spec = SELECTORS[builder.action_selector], env_spec(cfg.env.id)
         envs, obs = make_vector_env(cfg.env.id, 8, args.seed + 1)
         rows = [obs]
         for _ in range(63):
-            q = learner.policy_model(obs.astype(np.float32)).numpy()
-            obs, *_ = envs.step(q.argmax(-1))
+            out = learner.policy_model(obs.reshape(8, -1).astype(np.float32)).numpy()
+            action, _ = select(out, greedy_params(builder.action_selector), np.random.default_rng(0), spec)
+            obs, *_ = envs.step(action)
             rows.append(obs)
-        calib = np.concatenate(rows).astype(np.float32)
+        calib = np.concatenate(rows).reshape(len(rows) * 8, -1).astype(np.float32)
     payload = PolicyQuantizer(precision).quantize(learner.policy_model, version=0, calibration_obs=calib)
     returns = evaluate_payload(payload, cfg.env.id, args.episodes, seed=args.seed,
-                               max_episode_steps=cfg.env.max_episode_steps)
+                               selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps)
     print_table(["run", "parameters", "precision", "episodes", "mean return", "std", "min", "max", "payload bytes"],
                 [[args.run_dir, label, precision, args.episodes, f"{returns.mean():.1f}", f"{returns.std():.1f}",
                   f"{returns.min():.0f}", f"{returns.max():.0f}", f"{payload.nbytes:,}"]])

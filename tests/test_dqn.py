@@ -34,7 +34,7 @@ def test_linear_epsilon_exact(t, expected):
 
 def test_learner_step_reduces_td_error_and_state_round_trips():
     from core.agents.dqn.learning import DQNLearner
-    from core.config import AgentConfig
+    from core.agents.dqn.config import DQNConfig as AgentConfig
     from core.envs import env_spec
     cfg = AgentConfig(hidden=[16], learning_rate=1e-2, target_update_period=1000)
     learner = DQNLearner(env_spec("CartPole-v1"), cfg, seed=0)

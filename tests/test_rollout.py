@@ -18,7 +18,7 @@ def _rows(batch):
 
 def test_rollout_rows_follow_the_rlds_contract(payload):
     spec = ActorSpec("test-rlds", "CartPole-v1", num_envs=4, seed=0, actor_id=2)
-    res = run_rollout_task(spec, payload, task_index=0, num_steps=200, epsilon=1.0)
+    res = run_rollout_task(spec, payload, task_index=0, num_steps=200, explore={"epsilon": 1.0})
     b = res.batch
     assert b.reward.shape == (200, 4) and b.observation.shape == (200, 4, 4)
     assert (b.policy_version == 3).all()
@@ -41,8 +41,8 @@ def test_rollout_rows_follow_the_rlds_contract(payload):
 
 def test_actor_state_continues_episodes_across_tasks(payload):
     spec = ActorSpec("test-cont", "CartPole-v1", num_envs=2, seed=1, actor_id=0)
-    a = run_rollout_task(spec, payload, 0, 5, epsilon=0.0).batch
-    b = run_rollout_task(spec, payload, 1, 5, epsilon=0.0).batch
+    a = run_rollout_task(spec, payload, 0, 5, explore={"epsilon": 0.0}).batch
+    b = run_rollout_task(spec, payload, 1, 5, explore={"epsilon": 0.0}).batch
     # The first row of task 1 continues the episode of task 0's last row (unless it ended there).
     cont = ~(a.terminated[-1] | a.truncated[-1])
     assert (b.episode_id[0][cont] == a.episode_id[-1][cont]).all()
@@ -52,9 +52,9 @@ def test_actor_state_continues_episodes_across_tasks(payload):
 
 def test_rebuilt_actor_is_deterministic_and_uses_fresh_episode_ids(payload):
     spec = ActorSpec("test-det", "CartPole-v1", num_envs=3, seed=5, actor_id=1)
-    first = run_rollout_task(spec, payload, 7, 20, epsilon=0.5).batch
+    first = run_rollout_task(spec, payload, 7, 20, explore={"epsilon": 0.5}).batch
     release_actors("test-det")       # the worker died: the retry rebuilds the actor
-    retry = run_rollout_task(spec, payload, 7, 20, epsilon=0.5).batch
+    retry = run_rollout_task(spec, payload, 7, 20, explore={"epsilon": 0.5}).batch
     for name, value in first.fields().items():
         np.testing.assert_array_equal(value, retry.fields()[name], err_msg=name)
     # Episodes begun in task 7 carry counter 7 << 10 in their low bits.
@@ -65,6 +65,6 @@ def test_rebuilt_actor_is_deterministic_and_uses_fresh_episode_ids(payload):
 def test_epsilon_greedy():
     q = np.array([[0.0, 1.0], [2.0, 1.0], [0.0, 5.0]])
     rng = np.random.default_rng(0)
-    np.testing.assert_array_equal(epsilon_greedy(q, 0.0, rng), [1, 0, 1])
-    acts = epsilon_greedy(np.tile([[0.0, 1.0]], (10_000, 1)), 0.5, np.random.default_rng(1))
+    np.testing.assert_array_equal(epsilon_greedy(q, {"epsilon": 0.0}, rng)[0], [1, 0, 1])
+    acts, _ = epsilon_greedy(np.tile([[0.0, 1.0]], (10_000, 1)), {"epsilon": 0.5}, np.random.default_rng(1))
     assert abs((acts == 0).mean() - 0.25) < 0.02   # half explore, half of those pick action 0

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from core.agents.dqn.losses import huber, q_learning_targets
-from core.config import AgentConfig
+from core.agents.dqn.config import DQNConfig as AgentConfig
 from core.envs import EnvSpec
 from core.networks import mlp
 

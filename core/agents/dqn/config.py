@@ -1,0 +1,43 @@
+"""DQN hyperparameters (the ``agent:`` section when ``algo: dqn``)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Literal
+
+
+@dataclasses.dataclass
+class EpsilonConfig:
+    """Linear epsilon-greedy schedule over env steps: start -> end over decay_steps."""
+    start: float = 1.0
+    end: float = 0.04
+    decay_steps: int = 8_000
+
+
+@dataclasses.dataclass
+class DQNConfig:
+    algo: Literal["dqn"] = "dqn"
+    hidden: List[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    gamma: float = 0.99
+    n_step: int = 3
+    double_q: bool = True
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    target_update_period: int = 100    # learner steps between hard target updates
+    huber_delta: float = 1.0
+    max_grad_norm: float = 10.0
+    prioritized: bool = False          # prioritized replay (sum-tree) instead of uniform
+    epsilon: EpsilonConfig = dataclasses.field(default_factory=EpsilonConfig)
+
+
+#: key -> (predicate, valid range), checked by core.config.validate
+RANGES = {
+    "gamma": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "n_step": (lambda v: 1 <= v <= 100, "1..100"),
+    "learning_rate": (lambda v: 0.0 < v < 1.0, "0 < lr < 1"),
+    "batch_size": (lambda v: v >= 1, ">= 1"),
+    "target_update_period": (lambda v: v >= 1, ">= 1"),
+    "hidden": (lambda v: len(v) >= 1 and all(h >= 1 for h in v), "non-empty list of widths >= 1"),
+    "epsilon.start": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "epsilon.end": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "epsilon.decay_steps": (lambda v: v >= 1, ">= 1"),
+}
