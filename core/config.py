@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
 import yaml
 
 PRECISIONS = ("fp32", "fp16", "int8-dynamic", "int8-full")
-EXECUTORS = ("local", "dask")
+EXECUTORS = ("local", "dask", "beam")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 DEFAULT_CONFIG = os.path.join(CONFIG_DIR, "default.yaml")
 
@@ -98,6 +98,14 @@ class DaskConfig:
 
 
 @dataclasses.dataclass
+class CarbonConfig:
+    """Energy/CO2e accounting per run (core.carbon)."""
+    backend: Literal["auto", "codecarbon", "eit", "process-time", "off"] = "auto"
+    country: str = "USA"               # ISO-3166 alpha-3 code for the grid's carbon intensity
+    pue: float = 1.0                   # 1.58 applies experiment-impact-tracker's accounting (ActorQ paper)
+
+
+@dataclasses.dataclass
 class ThreadsConfig:
     tf_intra_op: int = 1
     tf_inter_op: int = 1
@@ -109,7 +117,8 @@ class Config:
     name: str = "cartpole-dqn"
     seed: int = 0
     total_env_steps: int = 60_000
-    executor: Literal["local", "dask"] = "dask"
+    executor: Literal["local", "dask", "beam"] = "dask"
+    inference: Literal["local", "central"] = "local"   # central = SEED-style batched inference server
     run_dir: Optional[str] = None      # default runs/<name>
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     agent: Any = None                  # the algorithm's config class (core.agents.registry), default dqn
@@ -119,6 +128,7 @@ class Config:
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     dask: DaskConfig = dataclasses.field(default_factory=DaskConfig)
+    carbon: CarbonConfig = dataclasses.field(default_factory=CarbonConfig)
     threads: ThreadsConfig = dataclasses.field(default_factory=ThreadsConfig)
 
 
@@ -148,6 +158,7 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "threads.tf_intra_op": (lambda v: v >= 0, ">= 0 (0 = TF default)"),
     "threads.tf_inter_op": (lambda v: v >= 0, ">= 0 (0 = TF default)"),
     "threads.litert": (lambda v: v >= 1, ">= 1"),
+    "carbon.pue": (lambda v: v >= 1.0, ">= 1.0"),
 }
 
 

@@ -39,9 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="PATH", help="YAML experiment config (default: configs/default.yaml)")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                    help="override a config key, e.g. --set agent.n_step=5 (repeatable)")
-    p.add_argument("--executor", choices=["local", "dask"],
+    p.add_argument("--executor", choices=["local", "dask", "beam"],
                    help="where stages run: 'local' = one process, deterministic; 'dask' = actors as Dask tasks "
-                        "(default from the config: dask)")
+                        "kept in flight (default); 'beam' = one Apache Beam pipeline per round (DirectRunner "
+                        "by default; other Beam options such as --runner DataflowRunner pass through)")
     p.add_argument("--dask-address", metavar="tcp://HOST:PORT",
                    help="join an existing Dask scheduler instead of starting a LocalCluster")
     p.add_argument("--run-dir", metavar="PATH_OR_URL",
@@ -50,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue RUN_DIR from its latest complete checkpoint and replay log version "
                         "(uses the config saved in RUN_DIR unless --config is given)")
     p.add_argument("--seed", type=int, help="random seed (overrides the config's seed)")
+    p.add_argument("--offline-dataset", metavar="STORE",
+                   help="train from a fixed replay store (local path or URL) with no actors, then evaluate")
     p.add_argument("--no-progress", action="store_true", help="disable the progress bar")
     return p
 
@@ -74,8 +77,19 @@ def resolve_config(args: argparse.Namespace):
     return config_lib.load_config(args.config, overrides)
 
 
-def train(cfg, run_dir: str, progress: bool = True, resume: bool = False) -> dict:
+def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
+          pipeline_args: Optional[List[str]] = None, offline_dataset: Optional[str] = None) -> dict:
     """Run one training job with ``cfg`` into ``run_dir``; returns the summary."""
+    if offline_dataset:
+        from pipelines.offline import train_offline
+        return train_offline(cfg, run_dir, offline_dataset, progress=progress)
+    if cfg.executor == "beam":
+        from pipelines.rounds import train_in_rounds
+        return train_in_rounds(cfg, run_dir, pipeline_args or [], progress=progress, resume=resume)
+    if pipeline_args:
+        from core.config import ConfigError
+        raise ConfigError(f"unrecognized arguments: {' '.join(pipeline_args)} "
+                          f"(pipeline options pass through only with --executor beam)")
     from pipelines.driver import Trainer
     from pipelines.executors import make_executor
     executor = make_executor(cfg.executor, cfg)
@@ -102,10 +116,12 @@ def print_summary(summary: dict) -> None:
 
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    # Unknown options are Beam pipeline options (--runner, --project, ...): passed through untouched.
+    args, pipeline_args = build_parser().parse_known_args(argv)
     cfg = resolve_config(args)
     run_dir = args.resume or args.run_dir or cfg.run_dir or os.path.join("runs", cfg.name)
-    summary = train(cfg, run_dir, progress=not args.no_progress, resume=bool(args.resume))
+    summary = train(cfg, run_dir, progress=not args.no_progress, resume=bool(args.resume),
+                    pipeline_args=pipeline_args, offline_dataset=args.offline_dataset)
     print_summary(summary)
     return 0
 

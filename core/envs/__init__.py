@@ -3,8 +3,12 @@
 Every environment DataBloom trains on is reached through an env id string:
 
 * ``CartPole-v1``, ``Pendulum-v1``, ... : any registered gymnasium id;
-* ``dmc:<domain>-<task>`` (dm_control) and ``ALE/<Game>-v5`` (Atari) plug in
-  here through their own adapters as they are added.
+* ``<prefix>:<name>`` ids are dispatched to an adapter module registered in
+  :data:`ADAPTERS` (``dmc:walker-stand`` -> ``core.envs.dmc``). An adapter
+  module provides ``check_env_id(env_id)`` (raise :class:`EnvError`) and
+  ``make_env(env_id, max_episode_steps=None)`` returning a gymnasium.Env;
+  it registers nothing at import and is imported only when its prefix is
+  used, so optional dependencies stay optional.
 
 Actors step ``num_envs`` copies with gymnasium's ``SyncVectorEnv`` (for cheap
 envs, process-based vectorization costs more than it saves: see
@@ -56,8 +60,34 @@ def _gym():
     return gymnasium
 
 
+#: env-id prefix -> adapter module (see module docstring)
+ADAPTERS = {
+    "dmc": "core.envs.dmc",
+    "atari": "core.envs.atari",
+    "pomdp": "core.envs.pomdp",
+}
+
+
+def _adapter(env_id: str):
+    """The adapter module for a ``prefix:name`` id, or None for gymnasium ids."""
+    import importlib
+    if ":" not in env_id:
+        return None
+    prefix = env_id.split(":", 1)[0]
+    if prefix not in ADAPTERS:
+        return None  # gymnasium ids like "module:Env-v0" stay with gymnasium
+    try:
+        return importlib.import_module(ADAPTERS[prefix])
+    except ModuleNotFoundError as e:
+        raise EnvError(f"env id {env_id!r} needs the '{prefix}' adapter, which is not available: {e}") from None
+
+
 def check_env_id(env_id: str) -> None:
     """Raise EnvError naming close matches if ``env_id`` is not registered."""
+    adapter = _adapter(env_id)
+    if adapter is not None:
+        adapter.check_env_id(env_id)
+        return
     gym = _gym()
     if env_id in gym.envs.registry:
         return
@@ -67,8 +97,11 @@ def check_env_id(env_id: str) -> None:
 
 
 def make_env(env_id: str, max_episode_steps: Optional[int] = None):
-    """One gymnasium env."""
+    """One gymnasium env (through its adapter for ``prefix:name`` ids)."""
     check_env_id(env_id)
+    adapter = _adapter(env_id)
+    if adapter is not None:
+        return adapter.make_env(env_id, max_episode_steps=max_episode_steps)
     kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
     return _gym().make(env_id, **kwargs)
 
@@ -78,13 +111,11 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, max_episode_steps: Op
 
     Returns ``(envs, first_obs)``. Env ``i`` is seeded ``seed + i``.
     """
-    gym = _gym()
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
     envs = SyncVectorEnv([lambda: make_env(env_id, max_episode_steps) for _ in range(num_envs)],
                          autoreset_mode=AutoresetMode.NEXT_STEP)
     obs, _ = envs.reset(seed=[seed + i for i in range(num_envs)])
     envs.action_space.seed(seed)
-    del gym
     return envs, obs
 
 
