@@ -36,7 +36,7 @@ def test_overrides_parse_yaml_scalars():
     ({"agent": {"algo": "ppo"}}, "config key 'agent.algo' = 'ppo' is not valid; valid: dqn"),
     ({"actors": {"precision": "int4"}},
      "config key 'actors.precision' = 'int4' is not valid; valid: fp32, fp16, int8-dynamic, int8-full"),
-    ({"executor": "spark"}, "config key 'executor' = 'spark' is not valid; valid: local, dask"),
+    ({"executor": "spark"}, "config key 'executor' = 'spark' is not valid; valid: local, dask, beam"),
     ({"eval": {"stop_at_target": "yes"}}, "config key 'eval.stop_at_target' must be true or false, got 'yes'"),
     ({"agent": {"hidden": []}}, "config key 'agent.hidden' = [] is out of range; valid: non-empty list of widths >= 1"),
 ])
