@@ -60,11 +60,81 @@ def concat_rows(batches: Sequence[TrajectoryBatch]) -> Dict[str, np.ndarray]:
     return out
 
 
+#: Fields kept whole in memory while writing: the episode index and attributes need them.
+_INDEX_FIELDS = ("reward", "terminated", "truncated", "episode_id", "step", "policy_version")
+#: Rows at least this large (e.g. image frames) are copied per env, without an intermediate copy.
+_BIG_ROW_BYTES = 1024
+
+
 class _Shape:
     """Shape and dtype of an array that is not allocated yet (for chunk_rows)."""
 
     def __init__(self, shape, dtype):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.row_bytes
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+
+
+class _ChunkStream:
+    """Streams env-major rows of large fields through a few reused chunk-sized buffers.
+
+    Copying a whole field into one fresh array costs a page fault per 4 KiB
+    (slower than the copy itself for frames); reusing ``depth`` hot buffers
+    avoids that. A buffer is reused once the engine has copied it out
+    (tensorstore's ``WriteFutures.copy``).
+    """
+
+    def __init__(self, engine, handle, shape, dtype, chunk_bytes: int, futures: list, depth: int = 4):
+        self.engine, self.handle, self.futures, self.depth = engine, handle, futures, depth
+        self.rows_per_chunk = chunk_rows(_Shape(shape, dtype), chunk_bytes)
+        self.row_shape, self.dtype = tuple(shape[1:]), np.dtype(dtype)
+        self.free: List[np.ndarray] = []
+        self.busy: List[Tuple[np.ndarray, Any]] = []
+        self.buf, self.pos, self.lo = self._take(), 0, 0
+
+    def _take(self) -> np.ndarray:
+        if self.free:
+            return self.free.pop()
+        if len(self.busy) >= self.depth:
+            buf, fut = self.busy.pop(0)
+            if fut is not None:
+                fut.copy.result()
+            return buf
+        return np.empty((self.rows_per_chunk, *self.row_shape), self.dtype)
+
+    def _flush(self) -> None:
+        if not self.pos:
+            return
+        fut = self.engine.write(self.handle, self.lo, self.buf[:self.pos])
+        self.futures.append(fut)
+        self.busy.append((self.buf, fut))
+        self.lo += self.pos
+        self.buf, self.pos = self._take(), 0
+
+    def feed_all(self, values: List[np.ndarray]) -> None:
+        """Write ``values`` ([T, E, ...] each) as env-major rows, then flush the last chunk."""
+        row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
+        if row_bytes >= _BIG_ROW_BYTES:  # per env: a strided view, no intermediate copy
+            blocks = (value[:, e] for value in values for e in range(value.shape[1]))
+        else:  # small rows: one reshaping copy per run of batches (per-call overhead dominates)
+            blocks = (np.swapaxes(np.stack(run), 1, 2).reshape(-1, *self.row_shape)
+                      for run in _runs(values, max_bytes=1 << 20))
+        for block in blocks:
+            i = 0
+            while i < len(block):
+                take = min(len(block) - i, self.rows_per_chunk - self.pos)
+                self.buf[self.pos:self.pos + take] = block[i:i + take]
+                self.pos += take
+                i += take
+                if self.pos == self.rows_per_chunk:
+                    self._flush()
+        self._flush()
 
 
 def field_specs(batches: Sequence[TrajectoryBatch]) -> Dict[str, Tuple[np.dtype, tuple]]:
@@ -78,6 +148,20 @@ def field_specs(batches: Sequence[TrajectoryBatch]) -> Dict[str, Tuple[np.dtype,
             diff = sorted(set(specs.items()) ^ set(other.items()), key=str)
             raise ReplayError(f"batch {i} of a shard differs from batch 0 in fields/dtypes/shapes: {diff}")
     return specs
+
+
+def _runs(values: List[np.ndarray], max_bytes: int) -> List[List[np.ndarray]]:
+    """Consecutive values of equal shape, in runs of at most ``max_bytes`` (a big value runs alone)."""
+    runs: List[List[np.ndarray]] = []
+    size = 0
+    for v in values:
+        if runs and v.shape == runs[-1][0].shape and size + v.nbytes <= max_bytes:
+            runs[-1].append(v)
+            size += v.nbytes
+        else:
+            runs.append([v])
+            size = v.nbytes
+    return runs
 
 
 def episode_segments(rows: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -230,9 +314,14 @@ class ShardWriter:
         handles = self.engine.create(
             engine_root, {n: (shp, dt, chunk_rows(_Shape(shp, dt), self.chunk_bytes)) for n, (shp, dt) in shapes.items()},
             self.zstd_level)
-        futures, rows = [], {}
+        futures, rows, fields = [], {}, [b.fields() for b in batches]
         for name, (shape, dtype) in shapes.items():
-            rows[name] = self._fill_streaming(name, batches, shape, dtype, handles[name], futures)
+            if name not in _INDEX_FIELDS:
+                _ChunkStream(self.engine, handles[name], shape, dtype, self.chunk_bytes, futures).feed_all(
+                    [f[name] for f in fields])
+                rows[name] = _Shape(shape, dtype)  # streamed, not kept
+            else:
+                rows[name] = self._fill_streaming(name, fields, shape, dtype, handles[name], futures)
         segments = episode_segments(rows)
         seg_specs = {f"{EPISODES_GROUP}/{k}": (v.shape, v.dtype, chunk_rows(v, self.chunk_bytes))
                      for k, v in segments.items()}
@@ -249,20 +338,25 @@ class ShardWriter:
                           json.dumps({**GROUP_JSON, "attributes": {ATTRS_KEY: meta}}).encode())
         return info
 
-    def _fill_streaming(self, name, batches, shape, dtype, handle, futures) -> np.ndarray:
+    def _fill_streaming(self, name, fields, shape, dtype, handle, futures) -> np.ndarray:
         """Copy each batch's rows (env-major) into one array, writing whole chunks as they fill.
 
-        One copy per byte, and the engine compresses finished chunks while the
-        next batches are copied.
+        The engine compresses finished chunks while later batches are copied.
+        Runs of small batches of equal [T, E] are copied with one stacked
+        numpy call (per-call overhead, not bandwidth, bounds small rows).
         """
         out = np.empty(shape, dtype)
         per_chunk = chunk_rows(_Shape(shape, dtype), self.chunk_bytes)
         offset = written = 0
-        for batch in batches:
-            value = batch.fields()[name]
-            T, E = value.shape[:2]
-            out[offset:offset + T * E].reshape(E, T, *value.shape[2:])[...] = np.swapaxes(value, 0, 1)
-            offset += T * E
+        for group in _runs([f[name] for f in fields], max_bytes=1 << 20):
+            T, E = group[0].shape[:2]
+            n = len(group) * T * E
+            target = out[offset:offset + n].reshape(len(group), E, T, *shape[1:])
+            if len(group) == 1:
+                target[0] = np.swapaxes(group[0], 0, 1)
+            else:
+                target[...] = np.swapaxes(np.stack(group), 1, 2)
+            offset += n
             ready = offset if offset == shape[0] else offset // per_chunk * per_chunk
             if ready > written:
                 futures.append(self.engine.write(handle, written, out[written:ready]))
