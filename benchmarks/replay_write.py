@@ -70,16 +70,19 @@ def bench_npsave(arrays, root):
             os.fsync(f.fileno())
 
 
-def timed(fn, repeats, tmp, label, setup=lambda root: root):
-    times = []
+def timed_interleaved(methods, repeats, tmp):
+    """Median seconds per method; methods run round-robin so that load on a shared machine
+    affects all of them alike. ``methods``: {label: (setup(root) -> target, fn(target))}."""
+    times = {label: [] for label in methods}
     for r in range(repeats):
-        root = os.path.join(tmp, f"{label}-{r}")
-        target = setup(root)  # not timed: e.g. creating the (empty) store
-        t0 = time.perf_counter()
-        fn(target)
-        times.append(time.perf_counter() - t0)
-        shutil.rmtree(root, ignore_errors=True)
-    return statistics.median(times)
+        for label, (setup, fn) in methods.items():
+            root = os.path.join(tmp, f"{label.replace('/', '-')}-{r}")
+            target = setup(root)  # not timed: e.g. creating the (empty) store
+            t0 = time.perf_counter()
+            fn(target)
+            times[label].append(time.perf_counter() - t0)
+            shutil.rmtree(root, ignore_errors=True)
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def run(kind: str, rows: int, repeats: int, threads: int, chunk_bytes: int, tmp: str):
@@ -88,23 +91,23 @@ def run(kind: str, rows: int, repeats: int, threads: int, chunk_bytes: int, tmp:
     arrays.update({f"episodes/{k}": v for k, v in episode_segments(arrays).items()})
     nbytes = sum(a.nbytes for a in concat_rows(batches).values())
     engine = _TensorstoreEngine(threads)
-    results = {
-        "np.save+fsync": timed(lambda root: bench_npsave(arrays, root), repeats, tmp, "npy"),
-        "tensorstore": timed(lambda root: engine.write_all(root, arrays, chunk_bytes, 3), repeats, tmp, "ts"),
-    }
-    for label, eng in (("ReplayStore", "tensorstore"), ("ReplayStore/zarr", "zarr")):
-        def create(root, eng=eng):
-            return ReplayStore.open_or_create(root, env_id="bench", engine=eng, threads=threads,
-                                              chunk_bytes=chunk_bytes)
-        results[label] = timed(lambda store: store.write_shard("r000000-g0000", batches),
-                               repeats, tmp, label.replace("/", "-"), setup=create)
-    return nbytes, results
+
+    def store(eng):
+        return lambda root: ReplayStore.open_or_create(root, env_id="bench", engine=eng, threads=threads,
+                                                       chunk_bytes=chunk_bytes)
+    write = lambda s: s.write_shard("r000000-g0000", batches)  # noqa: E731
+    return nbytes, timed_interleaved({
+        "np.save+fsync": (lambda root: root, lambda root: bench_npsave(arrays, root)),
+        "tensorstore": (lambda root: root, lambda root: engine.write_all(root, arrays, chunk_bytes, 3)),
+        "ReplayStore": (store("tensorstore"), write),
+        "ReplayStore/zarr": (store("zarr"), write),
+    }, repeats, tmp)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="large sizes (20k frames, 1M CartPole steps)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--chunk-bytes", type=int, default=4 << 20)
     parser.add_argument("--dir", default=None, help="scratch folder (default: a temp dir)")
