@@ -1,12 +1,9 @@
 """Shared fakes for replay tests: tiny trajectory batches with known values."""
 from __future__ import annotations
 
-import uuid
 from typing import Sequence
 
 import numpy as np
-import pytest
-
 from core.trajectory import TrajectoryBatch, make_episode_id
 
 
@@ -62,15 +59,3 @@ def random_batch(seed: int, T: int = 64, E: int = 4, obs_shape=(4,), dtype=np.fl
         policy_version=np.full((T, E), seed, np.int64),
         extras={"logits": rng.standard_normal((T, E, 2)).astype(np.float32)},
         env_id=env_id, actor_id=seed, task_id=f"task{seed}", seed=seed)
-
-
-@pytest.fixture(params=["memory", "local"])
-def store_url(request, tmp_path):
-    """A fresh store location: memory:// and a local tmp dir."""
-    if request.param == "memory":
-        url = f"memory://replay-tests/{uuid.uuid4().hex}"
-        yield url
-        import fsspec
-        fsspec.filesystem("memory").rm(url.split("://", 1)[1], recursive=True)
-    else:
-        yield str(tmp_path / "replay")

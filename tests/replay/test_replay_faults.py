@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import random_batch
+from replay_fakes import random_batch
 from core.replay import ReplayCache, ReplayError, ReplayStore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -22,7 +22,7 @@ def _python(code: str, **kwargs) -> subprocess.Popen:
 
 
 KILLED_WRITER = """
-from conftest import random_batch
+from replay_fakes import random_batch
 from core.replay import ReplayStore, shard_writer
 store = ReplayStore.open_or_create({url!r})
 store.commit([store.write_shard("done", [random_batch(0)]).id])
@@ -68,7 +68,7 @@ def test_writer_sigkilled_mid_shard_leaves_nothing_visible(tmp_path, where):
 
 CONCURRENT_COMMITTER = """
 import pathlib
-from conftest import random_batch
+from replay_fakes import random_batch
 from core.replay import ReplayStore
 p, n, url, ready = {p}, {n}, {url!r}, pathlib.Path({ready!r})
 store = ReplayStore.open(url)

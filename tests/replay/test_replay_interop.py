@@ -8,7 +8,7 @@ import pytest
 import tensorstore as ts
 import zarr
 
-from conftest import random_batch
+from replay_fakes import random_batch
 from core.replay import ReplayStore
 
 FIELDS = ["observation", "action", "reward", "discount", "terminated", "truncated", "episode_id", "step",

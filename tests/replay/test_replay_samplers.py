@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import batch_from_rows, episode_rows
+from replay_fakes import batch_from_rows, episode_rows
 from core.replay import (NStepSampler, PrioritizedNStepSampler, ReplayCache, ReplayError, ReplayStore,
                          SequenceSampler, SumTree)
 

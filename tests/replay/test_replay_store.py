@@ -6,7 +6,7 @@ import fsspec
 import numpy as np
 import pytest
 
-from conftest import random_batch
+from replay_fakes import random_batch
 from core.replay import (ChecksumError, NStepSampler, ReplayCache, ReplayError, ReplayStore,
                          ShardAggregator)
 from core.replay.schema import SCHEMA_VERSION
