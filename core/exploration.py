@@ -47,6 +47,21 @@ def gaussian(actions: np.ndarray, params: Dict[str, float], rng: np.random.Gener
     return a.astype(np.float32), {}
 
 
+def tanh_gaussian(actions: np.ndarray, params: Dict[str, float], rng: np.random.Generator,
+                  spec=None) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+    """A tanh policy's ``x`` in [-1, 1] -> ``mid + half * clip(x + sigma * N(0, 1), -1, 1)``.
+
+    ``mid = (high + low) / 2``, ``half = (high - low) / 2`` of the spec's bounds, so
+    ``sigma`` is in units of the half action range (D4PG actors; learners map back).
+    """
+    x, _ = gaussian(actions, params, rng, None)
+    x = np.clip(x, -1.0, 1.0)
+    if spec is not None and spec.action_low is not None:
+        low, high = np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32)
+        x = (high + low) / 2 + (high - low) / 2 * x
+    return x.astype(np.float32), {}
+
+
 def categorical(logits: np.ndarray, params: Dict[str, float], rng: np.random.Generator,
                 spec=None) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
     """Sample ``a ~ softmax(logits)`` (greedy if ``params["greedy"]``); extras: behaviour logits."""
@@ -64,11 +79,12 @@ def categorical(logits: np.ndarray, params: Dict[str, float], rng: np.random.Gen
 SELECTORS: Dict[str, Selector] = {
     "epsilon_greedy": epsilon_greedy,
     "gaussian": gaussian,
+    "tanh_gaussian": tanh_gaussian,
     "categorical": categorical,
 }
 
 
 def greedy_params(selector: str) -> Dict[str, float]:
     """Selector parameters for greedy evaluation."""
-    return {"epsilon_greedy": {"epsilon": 0.0}, "gaussian": {"sigma": 0.0},
+    return {"epsilon_greedy": {"epsilon": 0.0}, "gaussian": {"sigma": 0.0}, "tanh_gaussian": {"sigma": 0.0},
             "categorical": {"greedy": 1.0}}[selector]
