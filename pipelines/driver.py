@@ -38,6 +38,7 @@ from core import urls
 from core.metrics import MetricsLogger
 from core.rollout import ActorSpec
 from pipelines import stages
+from pipelines.summary import WorkerStats
 
 def _process_start() -> float:
     """Wall-clock time this process started (time-to-target counts from here)."""
@@ -215,6 +216,7 @@ class Trainer:
         last_ckpt_step = self.learner.steps
         last_broadcast_step = self.learner.steps
         lags: deque = deque(maxlen=50)
+        self.worker_stats = WorkerStats()   # per-worker tasks / retries / env steps/s (progress + metrics)
         stop = False
         bar = self._progress_bar()
         t_log = time.time()
@@ -253,6 +255,7 @@ class Trainer:
                 self.loop.env_steps += stats.env_steps
                 self.loop.episodes += len(stats.episode_returns)
                 recent_returns.extend(stats.episode_returns)
+                self.worker_stats.add(stats)
                 lags.append((self.loop.policy_version - stats.policy_version,
                              time.time() - self.version_time.get(stats.policy_version, time.time())))
                 pending.append(fut)
@@ -283,6 +286,7 @@ class Trainer:
                 self.log.write("commit", step=self.loop.env_steps, log_version=version,
                                shards=len(ready), rows=sum(r["rows"] for r in ready),
                                bytes=sum(r["nbytes"] for r in ready))
+                self.log.write("workers", step=self.loop.env_steps, workers=self.worker_stats.table())
             # 5. learn while behind the replay ratio.
             if self.cache.size >= cfg.replay.min_size:
                 budget = int(cfg.learner.replay_ratio * committed_env_steps) - self.learner.steps
@@ -384,48 +388,17 @@ class Trainer:
     # -- end of run -------------------------------------------------------------
     def _finish(self, start: float, lags) -> Dict[str, Any]:
         """Evaluate the best (or final) policy at fp32 and at the actors' precision."""
-        from core.evaluation import evaluate_payload
-        from core.quantize import PolicyQuantizer
+        from pipelines import summary as summary_lib   # shared with pipelines.rounds (Beam)
         cfg = self.cfg
         self.best_ckpt.wait()
-        if self.best_ckpt.latest_step() is not None and self.loop.best_version >= 0:
-            state, _ = self.best_ckpt.restore(self.best_ckpt.latest_step())
-            self.learner.restore({**self.learner.state(), "params": state["params"]})
+        summary_lib.restore_best(self.best_ckpt, self.loop.best_version, self.learner)
         wall = time.time() - start
-        final = {}
-        precisions = ["fp32"] + ([cfg.actors.precision] if cfg.actors.precision != "fp32" else [])
         calib = self._calibration_obs() if cfg.actors.precision == "int8-full" else None
-        for precision in precisions:
-            payload = PolicyQuantizer(precision).quantize(
-                self.learner.policy_model, version=self.loop.policy_version,
-                calibration_obs=calib if precision == "int8-full" else None)
-            returns = evaluate_payload(payload, cfg.env.id, cfg.eval.episodes, seed=cfg.seed + 900_000,
-                                       selector=self.builder.action_selector,
-                                       max_episode_steps=cfg.env.max_episode_steps)
-            final[precision] = {"mean": float(returns.mean()), "std": float(returns.std()),
-                                "payload_bytes": int(payload.nbytes)}
-            if precision == cfg.actors.precision:
-                fs, path = urls.resolve(self.run_dir)
-                with fs.open(f"{path}/policy-{precision}.tflite", "wb") as f:
-                    f.write(payload.data)
-        summary = {
-            "run_dir": self.run_dir, "env_id": cfg.env.id, "executor": cfg.executor,
-            "precision": cfg.actors.precision, "seed": cfg.seed,
-            "env_steps": self.loop.env_steps, "learner_steps": self.learner.steps,
-            "episodes": self.loop.episodes, "wall_s": wall,
-            "env_steps_per_s": self.loop.env_steps / max(wall, 1e-9),
-            "policy_versions": self.loop.policy_version,
-            "bytes_per_broadcast": int(self.payload.nbytes),
-            "best_eval_return": self.loop.best_return, "best_version": self.loop.best_version,
-            "time_to_target_s": self.loop.time_to_target_s, "env_steps_to_target": self.loop.env_steps_to_target,
-            "mean_policy_lag_versions": float(np.mean([l[0] for l in lags])) if lags else 0.0,
-            "mean_policy_lag_s": float(np.mean([l[1] for l in lags])) if lags else 0.0,
-            "final_eval": final, "replay_log_version": int(self.store.latest_version()),
-        }
-        self.log.write("summary", step=self.loop.env_steps, **summary)
-        fs, path = urls.resolve(self.run_dir)
-        with fs.open(f"{path}/summary.json", "w") as f:
-            json.dump(summary, f, indent=2)
+        final = summary_lib.final_evaluation(cfg, self.learner, self.builder, self.run_dir,
+                                             self.loop.policy_version, calib)
+        summary = summary_lib.build_summary(cfg, self.run_dir, self.loop, self.learner.steps, wall,
+                                            self.payload.nbytes, lags, final, self.store.latest_version())
+        summary_lib.write_summary(self.run_dir, self.log, summary)
         return summary
 
     def _progress_bar(self):
@@ -440,7 +413,8 @@ class Trainer:
         return {"sps": f"{self.loop.env_steps / el:.0f}", "learn": self.learner.steps,
                 "ret": f"{np.mean(recent_returns):.0f}" if recent_returns else "-",
                 "best": f"{self.loop.best_return:.0f}" if self.loop.best_version >= 0 else "-",
-                "v": self.loop.policy_version, "lag": f"{np.mean([l[0] for l in lags]):.1f}" if lags else "-"}
+                "v": self.loop.policy_version, "lag": f"{np.mean([l[0] for l in lags]):.1f}" if lags else "-",
+                **({"w(tasks/retries)": self.worker_stats.postfix()} if len(self.worker_stats) > 1 else {})}
 
 
 def default_run_dir(cfg) -> str:

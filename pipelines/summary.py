@@ -1,0 +1,128 @@
+"""End-of-run summary and per-worker stats, shared by every executor.
+
+The continuous driver (:mod:`pipelines.driver`, local and dask executors)
+and the round-based Beam launcher (:mod:`pipelines.rounds`) finish a run the
+same way, so their summaries have the same keys and ``print_summary`` reads
+either::
+
+    restore_best(best_ckpt, loop.best_version, learner)      # best evaluated params, if any
+    final = final_evaluation(cfg, learner, builder, run_dir, loop.policy_version, calib)
+    summary = build_summary(cfg, run_dir, loop, learner.steps, wall_s, payload_bytes, lags, final, log_version)
+    write_summary(run_dir, log, summary)                     # metrics.jsonl + summary.json
+
+:class:`WorkerStats` aggregates rollout stats per worker (tasks done,
+retries, env steps/s) for progress bars and ``workers`` metrics records.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from core import urls
+
+
+def restore_best(best_ckpt, best_version: int, learner) -> bool:
+    """Load the best evaluated parameters (if any were kept) into ``learner``; True if it did."""
+    if best_ckpt.latest_step() is None or best_version < 0:
+        return False
+    state, _ = best_ckpt.restore(best_ckpt.latest_step())
+    learner.restore({**learner.state(), "params": state["params"]})
+    return True
+
+
+def final_evaluation(cfg, learner, builder, run_dir: str, policy_version: int,
+                     calibration_obs: Optional[np.ndarray]) -> Dict[str, Dict[str, Any]]:
+    """Evaluate ``learner``'s policy at fp32 and at the actors' precision; save the actors' flatbuffer.
+
+    Returns ``{precision: {"mean", "std", "payload_bytes"}}``.
+    """
+    from core.evaluation import evaluate_payload
+    from core.quantize import PolicyQuantizer
+    final: Dict[str, Dict[str, Any]] = {}
+    precisions = ["fp32"] + ([cfg.actors.precision] if cfg.actors.precision != "fp32" else [])
+    for precision in precisions:
+        payload = PolicyQuantizer(precision).quantize(
+            learner.policy_model, version=policy_version,
+            calibration_obs=calibration_obs if precision == "int8-full" else None)
+        returns = evaluate_payload(payload, cfg.env.id, cfg.eval.episodes, seed=cfg.seed + 900_000,
+                                   selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps)
+        final[precision] = {"mean": float(returns.mean()), "std": float(returns.std()),
+                            "payload_bytes": int(payload.nbytes)}
+        if precision == cfg.actors.precision:
+            fs, path = urls.resolve(run_dir)
+            with fs.open(f"{path}/policy-{precision}.tflite", "wb") as f:
+                f.write(payload.data)
+    return final
+
+
+def build_summary(cfg, run_dir: str, loop, learner_steps: int, wall_s: float, bytes_per_broadcast: int,
+                  lags: Sequence, final: Dict[str, Any], replay_log_version: int) -> Dict[str, Any]:
+    """The summary dict (same keys for every executor). ``lags``: (versions, seconds) pairs."""
+    return {
+        "run_dir": run_dir, "env_id": cfg.env.id, "executor": cfg.executor,
+        "precision": cfg.actors.precision, "seed": cfg.seed,
+        "env_steps": loop.env_steps, "learner_steps": learner_steps,
+        "episodes": loop.episodes, "wall_s": wall_s,
+        "env_steps_per_s": loop.env_steps / max(wall_s, 1e-9),
+        "policy_versions": loop.policy_version,
+        "bytes_per_broadcast": int(bytes_per_broadcast),
+        "best_eval_return": loop.best_return, "best_version": loop.best_version,
+        "time_to_target_s": loop.time_to_target_s, "env_steps_to_target": loop.env_steps_to_target,
+        "mean_policy_lag_versions": float(np.mean([l[0] for l in lags])) if lags else 0.0,
+        "mean_policy_lag_s": float(np.mean([l[1] for l in lags])) if lags else 0.0,
+        "final_eval": final, "replay_log_version": int(replay_log_version),
+    }
+
+
+def write_summary(run_dir: str, log, summary: Dict[str, Any]) -> None:
+    """Record ``summary`` in metrics.jsonl and as ``<run_dir>/summary.json``."""
+    log.write("summary", step=summary["env_steps"], **summary)
+    fs, path = urls.resolve(run_dir)
+    with fs.open(f"{path}/summary.json", "w") as f:
+        json.dump(summary, f, indent=2)
+
+
+class WorkerStats:
+    """Per-worker rollout counters: tasks done, retries, env steps and env steps/s.
+
+    A *retry* is counted on the worker that ran an actor's task when the
+    actor's previous task ran on a different worker: the actor's env state
+    was lost or moved (a worker died and its task was re-run elsewhere, or
+    the scheduler moved the actor). Tasks that fail and re-run on the same
+    worker are invisible here (Dask reports only the successful attempt).
+
+    Example::
+
+        ws = WorkerStats()
+        ws.add(result.stats)               # a RolloutStats
+        ws.table()["tcp://10.0.0.5:4001"]  # {"tasks": 12, "retries": 0, "env_steps": 3072, ...}
+    """
+
+    def __init__(self) -> None:
+        self._rows: Dict[str, Dict[str, float]] = {}
+        self._last_worker: Dict[int, str] = {}
+
+    def add(self, stats) -> None:
+        row = self._rows.setdefault(stats.worker, {"tasks": 0, "retries": 0, "env_steps": 0, "seconds": 0.0})
+        row["tasks"] += 1
+        row["env_steps"] += int(stats.env_steps)
+        row["seconds"] += float(stats.seconds)
+        previous = self._last_worker.get(stats.actor_id)
+        if previous is not None and previous != stats.worker:
+            row["retries"] += 1
+        self._last_worker[stats.actor_id] = stats.worker
+
+    def table(self) -> Dict[str, Dict[str, Any]]:
+        """``{worker: {tasks, retries, env_steps, env_steps_per_s}}`` (steps/s while stepping)."""
+        return {w: {"tasks": int(r["tasks"]), "retries": int(r["retries"]), "env_steps": int(r["env_steps"]),
+                    "env_steps_per_s": r["env_steps"] / max(r["seconds"], 1e-9)}
+                for w, r in sorted(self._rows.items())}
+
+    def postfix(self) -> str:
+        """Compact progress text: ``tasks/retries`` per worker, e.g. ``41/0 39/2``."""
+        return " ".join(f"{int(r['tasks'])}/{int(r['retries'])}" for _, r in sorted(self._rows.items()))
+
+    def __len__(self) -> int:
+        return len(self._rows)
