@@ -65,6 +65,8 @@ class ReplayConfig:
     shard_max_rows: int = 0            # ... or flush after this many rows (learner freshness);
                                        # 0 = one round of tasks (num_actors x num_envs x steps), >= 512
     chunk_bytes: int = 2 << 20
+    retention_transitions: int = 1_000_000   # FIFO bound of the durable store (0 = keep everything)
+    gc_grace_s: float = 600.0          # uncommitted shards older than this are garbage-collected
 
 
 @dataclasses.dataclass
@@ -145,6 +147,8 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "replay.shard_target_bytes": (lambda v: v >= 1024, ">= 1024"),
     "replay.shard_max_rows": (lambda v: v >= 0, ">= 0 (0 = auto)"),
     "replay.chunk_bytes": (lambda v: v >= 1024, ">= 1024"),
+    "replay.retention_transitions": (lambda v: v >= 0, ">= 0 (0 = keep everything)"),
+    "replay.gc_grace_s": (lambda v: v > 0, "> 0"),
     "learner.replay_ratio": (lambda v: v > 0, "> 0"),
     "learner.steps_per_call": (lambda v: v >= 1, ">= 1"),
     "checkpoint.every_steps": (lambda v: v >= 1, ">= 1"),

@@ -280,7 +280,10 @@ class Trainer:
                 ready.append(fut.result())
             if ready:
                 version = stages.commit_stage(self.store, [r["shard_id"] for r in ready],
-                                              meta={"policy_version": self.loop.policy_version})
+                                              meta={"policy_version": self.loop.policy_version},
+                                              retention_transitions=cfg.replay.retention_transitions)
+                if version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
+                    self.log.write("gc", step=self.loop.env_steps, **stages.gc_stage(self.store, cfg.replay.gc_grace_s))
                 self.cache.refresh()
                 committed_env_steps += sum(r["rows"] for r in ready)
                 self.log.write("commit", step=self.loop.env_steps, log_version=version,

@@ -21,7 +21,7 @@ import numpy as np
 from core.evaluation import run_evaluation_task
 from core.rollout import run_rollout_task
 
-__all__ = ["run_rollout_task", "run_evaluation_task", "write_shard_stage", "commit_stage",
+__all__ = ["run_rollout_task", "run_evaluation_task", "write_shard_stage", "commit_stage", "gc_stage",
            "learn_stage", "shard_id_for"]
 
 
@@ -47,9 +47,24 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any]) -> 
             "nbytes": int(getattr(info, "nbytes", 0))}
 
 
-def commit_stage(store, shard_ids: List[str], meta: Dict[str, Any] | None = None) -> int:
-    """Make ``shard_ids`` visible atomically; idempotent. Returns the log version."""
-    return store.commit(list(shard_ids), meta=meta or {})
+def commit_stage(store, shard_ids: List[str], meta: Dict[str, Any] | None = None,
+                 retention_transitions: int = 0) -> int:
+    """Make ``shard_ids`` visible atomically; idempotent. Returns the log version.
+
+    With ``retention_transitions > 0`` the oldest committed shards beyond
+    that many rows are then removed (FIFO), which is itself a log entry;
+    their data is deleted later by :func:`gc_stage`.
+    """
+    version = store.commit(list(shard_ids), meta=meta or {})
+    if retention_transitions and store.snapshot(version).num_rows > retention_transitions:
+        version = store.apply_retention(retention_transitions)
+    return version
+
+
+def gc_stage(store, grace_seconds: float) -> Dict[str, int]:
+    """Delete data of removed shards and of uncommitted shards older than ``grace_seconds``."""
+    report = store.gc(grace_seconds)
+    return {"removed": len(report.removed), "uncommitted": len(report.uncommitted)}
 
 
 def learn_stage(learner, sampler, steps: int, batch_size: int, rng: np.random.Generator) -> Dict[str, float]:
