@@ -585,7 +585,7 @@ class EnergyTracker:
                     return _EitMeter(), "eit"
                 except Exception as e:
                     reason = f"it failed to start ({type(e).__name__}: {e})"
-            meter, name = self._codecarbon_or_none(quiet=True)
+            meter, name = self._codecarbon_or_none(quiet=True, note=False)
             msg = f"experiment-impact-tracker unavailable: {reason}; falling back to {name}"
             log.warning("%s", msg)
             self._notes.append(msg)
@@ -594,7 +594,7 @@ class EnergyTracker:
             return self._codecarbon_or_none(quiet=want == "auto")
         return None, "process-time"
 
-    def _codecarbon_or_none(self, quiet: bool):
+    def _codecarbon_or_none(self, quiet: bool, note: bool = True):
         try:
             return _CodecarbonMeter(self.country), "codecarbon"
         except ImportError:
@@ -603,7 +603,8 @@ class EnergyTracker:
             why, quiet = f"codecarbon failed to initialise ({type(e).__name__}: {e})", False
         if not quiet:
             log.warning("%s; falling back to the process-time model", why)
-        self._notes.append(why + "; using process-time")
+        if note:
+            self._notes.append(why + "; using process-time")
         return None, "process-time"
 
     def _cpu_accounts(self, covers: str):

@@ -138,14 +138,15 @@ def test_worker_pids_fn_counts_a_process_outside_the_driver_tree(tmp_path):
     flag, done = tmp_path / "go", tmp_path / "done"
     grand = textwrap.dedent(f"""
         import os, time
-        while not os.path.exists({str(flag)!r}): time.sleep(0.01)
+        end = time.time() + 30
+        while not os.path.exists({str(flag)!r}) and time.time() < end: time.sleep(0.01)
         t = time.process_time()
         while time.process_time() - t < 0.5: pass
         open({str(done)!r}, "w").close()
-        time.sleep(60)
+        time.sleep(20)
     """)
     middle = ("import subprocess, sys\n"
-              f"p = subprocess.Popen([sys.executable, '-c', {grand!r}], stdout=subprocess.DEVNULL)\n"
+              f"p = subprocess.Popen([sys.executable, '-c', {grand!r}], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
               "print(p.pid, flush=True)")
     out = subprocess.run([sys.executable, "-c", middle], capture_output=True, text=True, check=True)
     gpid = int(out.stdout.strip())
