@@ -11,6 +11,8 @@ in commit order, removed and quarantined shards) is the fold of entries
      "meta": {...}}
     {"version": 8, "op": "remove", "shards": ["r000001-g0000"], "reason": "retention"}
     {"version": 9, "op": "quarantine", "shards": ["r000002-g0003"], "reason": "..."}
+    {"version": 10, "op": "replace", "groups": [{"remove": ["a", "b"], "add": [{"id": "c", ...}]}],
+     "reason": "compact"}   # core.dataset.replace: swap shards in one entry, in place
 
 Commit protocol (optimistic concurrency, as in Delta Lake): read the state at
 the latest version ``v`` (probing ``v+1, v+2, ...`` until one is missing),
@@ -167,9 +169,35 @@ class LogState:
             for sid in entry["shards"]:
                 self.live.pop(sid, None)
                 self.quarantined[sid] = str(entry.get("reason", ""))
+        elif op == "replace":  # compaction / relabelling (core.dataset.replace): one atomic swap
+            self._replace(entry["groups"], v, float(entry.get("time", 0.0)))
         else:
-            raise ReplayError(f"commit log entry {v} has unknown op {op!r}; valid: add, remove, quarantine")
+            raise ReplayError(f"commit log entry {v} has unknown op {op!r}; valid: add, remove, quarantine,"
+                              " replace")
         self.version = v
+
+    def _replace(self, groups: List[Dict[str, Any]], v: int, now: float) -> None:
+        """Each group's ``add`` shards take the commit-order place of its first ``remove`` shard."""
+        first = {g["remove"][0]: g for g in groups if g["remove"]}
+        gone = {sid for g in groups for sid in g["remove"]}
+        live: Dict[str, ShardInfo] = {}
+
+        def add(group: Dict[str, Any]) -> None:
+            for d in group["add"]:
+                info = ShardInfo.from_json(d)
+                if info.id not in self.infos:
+                    self.infos[info.id] = live[info.id] = info
+                    self.committed_version[info.id] = v
+        for sid, info in self.live.items():
+            if sid in first:
+                add(first.pop(sid))
+            if sid in gone:
+                self.removed[sid] = now
+            else:
+                live[sid] = info
+        for group in first.values():  # its first shard was no longer live: append
+            add(group)
+        self.live = live
 
     @property
     def rows(self) -> int:

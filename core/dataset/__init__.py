@@ -1,0 +1,28 @@
+"""Offline dataset processing over replay stores: stats, filter, compact, export, relabel.
+
+Every operation is a short *plan* of passes; a pass maps a plain per-shard
+function over the live shards of one snapshot and reduces the per-shard
+results with a plain, order-independent function (results are sorted by
+shard index before reducing). Engines (``engines``) only schedule passes, so
+Beam, Dask and the in-process engine give identical results.
+
+One concept per module:
+
+* ``errors``   DatasetError (a ReplayError: one-line CLI errors, exit 2)
+* ``shards``   per-shard reading: items, rows, per-row actors, rows -> batches
+* ``episodes`` per-shard episode segments and the global episode table
+* ``stats``    episodes, steps, return distribution, per-version / per-actor
+* ``filter``   copy episodes with return >= X into a new store (one commit)
+* ``replace``  the atomic "replace" commit used by compact and relabel
+* ``compact``  merge small shards into large ones (one replace entry)
+* ``relabel``  n-step return columns as new arrays (one replace entry)
+* ``export``   RLDS (TFRecord of SequenceExample, tf.data) and Parquet
+* ``engines``  local / Dask / Beam adapters: map a function, reduce results
+
+Example::
+
+    from core.dataset import engines, stats
+    with engines.make_engine("dask") as engine:
+        summary = stats.compute_stats(engine, "runs/a/replay")
+    summary["episodes"], summary["return"]["mean"]
+"""
