@@ -83,6 +83,9 @@ def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
     if offline_dataset:
         from pipelines.offline import train_offline
         return train_offline(cfg, run_dir, offline_dataset, progress=progress)
+    if cfg.inference == "central":  # SEED mode: env-only actors + inference server (pipelines/central.py)
+        from pipelines.central import train_central
+        return train_central(cfg, run_dir, progress=progress, resume=resume)
     if cfg.executor == "beam":
         from pipelines.rounds import train_in_rounds
         return train_in_rounds(cfg, run_dir, pipeline_args or [], progress=progress, resume=resume)

@@ -1,0 +1,18 @@
+"""SEED-style central inference: env-only actors stream observations, the learner batches inference.
+
+One concept per module:
+
+* ``protocol``  the wire format: length-prefixed JSON header + raw numpy bytes (no pickle, no protoc)
+* ``batching``  DynamicBatcher: max batch size AND max wait time (a partial batch never waits forever)
+* ``unrolls``   UnrollAssembler: per-actor RLDS rows -> TrajectoryBatch unrolls, server-side
+* ``server``    InferenceServer: gRPC bidi-streaming service in the learner process (LiteRT fp32/int8)
+* ``client``    run_env_actor_task: an env-only actor with reconnect and backoff
+
+Example::
+
+    server = InferenceServer("unix:///tmp/db.sock", payload, env_spec("CartPole-v1"), unroll_length=32)
+    server.start()
+    run_env_actor_task(server.address, ActorSpec("r", "CartPole-v1", 8, 0, 0), max_env_steps=1000)
+    batches = server.drain()          # TrajectoryBatches ready for ReplayStore.write_shard
+    server.stop()
+"""

@@ -1,0 +1,135 @@
+"""DynamicBatcher: rows from many streams -> one policy call, bounded by size AND time.
+
+A batch closes when it holds ``max_batch_size`` rows or when ``max_wait_s``
+has passed since its *first* request arrived, whichever comes first, so a
+partial batch never waits forever (it also closes early once it holds one
+request per connected client, if ``expected_requests`` says how many) (the original SEED batcher had no timeout
+and stalled with fewer actors than its batch size). A request larger than
+``max_batch_size`` runs as its own batch.
+
+One thread runs the policy, so the policy object (a LiteRT interpreter, not
+re-entrant) is only ever used by that thread.
+
+Example::
+
+    batcher = DynamicBatcher(policy, max_batch_size=64, max_wait_s=0.002)
+    logits = batcher.submit(obs_rows).result()     # from any thread
+    batcher.stats()   # {"batches", "rows", "mean_fill", "latency_ms_p50", ...}
+    batcher.close()
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import queue
+import threading
+import time
+from typing import Callable, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+
+class DynamicBatcher:
+    """Batches ``submit(rows)`` calls into ``fn(concatenated rows)`` calls (see module docstring)."""
+
+    def __init__(self, fn: Callable[[np.ndarray], np.ndarray], max_batch_size: int = 64,
+                 max_wait_s: float = 0.002, latency_window: int = 10_000,
+                 expected_requests: Optional[Callable[[], int]] = None):
+        if max_batch_size < 1 or max_wait_s < 0:
+            raise ValueError(f"max_batch_size={max_batch_size}, max_wait_s={max_wait_s}; "
+                             f"valid: max_batch_size >= 1, max_wait_s >= 0")
+        self.fn = fn
+        # Optional early close: once as many requests as there are clients are in
+        # the batch, nobody else can add to it, so waiting longer only adds latency.
+        self.expected_requests = expected_requests
+        self.max_batch_size = int(max_batch_size)
+        self.max_wait_s = float(max_wait_s)
+        self._queue: "queue.Queue[Tuple[np.ndarray, concurrent.futures.Future, float]]" = queue.Queue()
+        self._closed = threading.Event()
+        self._carry = None
+        self.batches = 0
+        self.rows = 0
+        self.requests = 0
+        self.timeouts = 0                      # batches closed by max_wait_s
+        self._latency: Deque[float] = collections.deque(maxlen=latency_window)
+        self._fill: Deque[float] = collections.deque(maxlen=latency_window)
+        self._thread = threading.Thread(target=self._loop, name="inference-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, rows: np.ndarray) -> concurrent.futures.Future:
+        """Queue ``rows`` ``[n, ...]``; the future resolves to ``fn``'s output rows for them."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        if self._closed.is_set():
+            fut.set_exception(RuntimeError("the batcher is closed"))
+            return fut
+        self._queue.put((rows, fut, time.perf_counter()))
+        return fut
+
+    def _collect(self) -> Tuple[List[Tuple[np.ndarray, concurrent.futures.Future, float]], bool]:
+        """Block for the first request, then gather more until full or the deadline passes."""
+        first = self._carry
+        self._carry = None
+        while first is None:
+            try:
+                first = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._closed.is_set():
+                    return [], False
+        items, n = [first], len(first[0])
+        deadline = first[2] + self.max_wait_s
+        expected = self.expected_requests() if self.expected_requests else 0
+        while n < self.max_batch_size and not (expected and len(items) >= expected):
+            remaining = deadline - time.perf_counter()
+            try:
+                item = self._queue.get_nowait() if remaining <= 0 else self._queue.get(timeout=remaining)
+            except queue.Empty:
+                return items, True
+            if n + len(item[0]) > self.max_batch_size:
+                self._carry = item       # does not fit: first of the next batch
+                return items, False
+            items.append(item)
+            n += len(item[0])
+        return items, False
+
+    def _loop(self) -> None:
+        while True:
+            items, timed_out = self._collect()
+            if not items:
+                return
+            rows = [it[0] for it in items]
+            try:
+                out = self.fn(rows[0] if len(rows) == 1 else np.concatenate(rows))
+            except Exception as e:  # a policy failure fails these requests, not the server
+                for _, fut, _ in items:
+                    fut.set_exception(e)
+                continue
+            done = time.perf_counter()
+            start = 0
+            for r, fut, t0 in items:
+                fut.set_result(out[start:start + len(r)])
+                start += len(r)
+                self._latency.append(done - t0)
+            self.batches += 1
+            self.requests += len(items)
+            self.rows += start
+            self.timeouts += int(timed_out)
+            self._fill.append(min(1.0, start / self.max_batch_size))
+
+    def stats(self) -> Dict[str, float]:
+        """Batches, rows, mean batch fill and request latency percentiles (ms)."""
+        lat = np.asarray(self._latency, np.float64) * 1e3
+        pct = np.percentile(lat, [50, 90, 99]) if len(lat) else [float("nan")] * 3
+        return {"batches": self.batches, "requests": self.requests, "rows": self.rows,
+                "timeouts": self.timeouts, "mean_fill": float(np.mean(self._fill)) if self._fill else 0.0,
+                "latency_ms_p50": float(pct[0]), "latency_ms_p90": float(pct[1]), "latency_ms_p99": float(pct[2])}
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+        while True:   # fail whatever is still queued
+            try:
+                _, fut, _ = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if not fut.done():
+                fut.set_exception(RuntimeError("the batcher is closed"))

@@ -1,0 +1,155 @@
+"""Env-only actors: step envs, stream observations to the inference server, apply its actions.
+
+An actor (:func:`run_env_actor_task`, schedulable on any executor: a local
+process or thread, or a Dask task) never runs a policy. Per step it sends its
+``E`` envs' ``(o_t, r_{t-1}, terminated_t, truncated_t)`` and receives ``a_t``.
+
+Faults:
+
+* **reconnect = fresh env state** (SEED's run_id): every (re)connection
+  rebuilds and reseeds the envs and starts new episodes, so the server never
+  has to splice a half-seen episode;
+* **server restart**: a broken stream (UNAVAILABLE, CANCELLED, ...) is
+  retried with exponential backoff (``backoff_s`` doubling up to
+  ``max_backoff_s``) and the actor continues;
+* **unreachable address**: after ``give_up_s`` without a working connection
+  the task fails with :class:`InferenceUnavailable`, a one-line message naming
+  the address and how long it tried;
+* a server that rejects the actor's messages (``INVALID_ARGUMENT``) is a bug:
+  raised at once, no retry.
+
+Example::
+
+    stats = run_env_actor_task("unix:///tmp/db.sock", ActorSpec("r", "CartPole-v1", 8, 0, 0))
+    stats["env_steps"], stats["reconnects"]
+"""
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from core.inference import protocol
+
+
+class InferenceUnavailable(ConnectionError):
+    """The inference server could not be reached (one-line message)."""
+
+
+class _Session:
+    """One bidi stream: a request queue feeding gRPC and the response iterator."""
+
+    def __init__(self, channel, spec, obs_shape, obs_dtype: str):
+        self.requests: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        call = channel.stream_stream(protocol.METHOD)      # bytes in, bytes out
+        self.responses = call(iter(self.requests.get, None))
+        self.call = self.responses
+        self.send({"kind": "hello", "actor_id": spec.actor_id, "num_envs": spec.num_envs, "env_id": spec.env_id,
+                   "obs_shape": list(obs_shape), "obs_dtype": obs_dtype})
+        header, _ = self.receive("welcome")
+        self.connection = int(header["connection"])
+
+    def send(self, header: Dict[str, Any], arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
+        self.requests.put(protocol.encode(header, arrays))
+
+    def receive(self, kind: str):
+        header, arrays = protocol.decode(next(self.responses))
+        protocol.expect(header, kind)
+        return header, arrays
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.call.cancel()
+
+
+def _retryable(err: Exception) -> bool:
+    import grpc
+    if isinstance(err, grpc.FutureTimeoutError):
+        return True
+    if isinstance(err, grpc.RpcError):
+        return err.code() not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED)
+    return isinstance(err, StopIteration)
+
+
+def run_env_actor_task(address: str, spec, max_env_steps: Optional[int] = None, give_up_s: float = 30.0,
+                       backoff_s: float = 0.05, max_backoff_s: float = 2.0, connect_timeout_s: float = 2.0,
+                       max_message_bytes: int = 16 << 20) -> Dict[str, Any]:
+    """Run one env-only actor until the server says stop (or ``max_env_steps``); returns its stats.
+
+    Args:
+      address: ``unix:///path.sock`` or ``host:port``.
+      spec: a :class:`core.rollout.ActorSpec` (env id, num_envs, seed, actor id).
+      max_env_steps: stop after this many env steps (None: until the server's stop).
+      give_up_s: fail with :class:`InferenceUnavailable` after this long without a connection.
+    """
+    import grpc
+    from core.envs import make_vector_env
+    opts = [("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes)]
+    env_steps, reconnects, episodes, sessions = 0, -1, 0, 0
+    down_since: Optional[float] = None
+    delay = backoff_s
+    last_err: Optional[Exception] = None
+    start = time.perf_counter()
+    while max_env_steps is None or env_steps < max_env_steps:
+        channel = grpc.insecure_channel(address, options=opts)
+        session = None
+        envs = None
+        try:
+            grpc.channel_ready_future(channel).result(timeout=connect_timeout_s)
+            session = _Session(channel, spec, _obs_shape(spec.env_id), "")
+            sessions += 1
+            reconnects += 1
+            down_since, delay = None, backoff_s
+            seed = int(np.random.SeedSequence([spec.seed, spec.actor_id, session.connection]).generate_state(1)[0]
+                       % (2**31 - 1))
+            envs, obs = make_vector_env(spec.env_id, spec.num_envs, seed, spec.max_episode_steps)
+            e = spec.num_envs
+            reward = np.zeros(e, np.float32)
+            term = np.zeros(e, bool)
+            trunc = np.zeros(e, bool)
+            while max_env_steps is None or env_steps < max_env_steps:
+                session.send({"kind": "step"}, {"observation": obs, "reward": reward.astype(np.float32),
+                                                "terminated": term, "truncated": trunc})
+                header, arrays = session.receive("actions")
+                if header.get("stop"):
+                    return _stats(spec, env_steps, reconnects, episodes, start, stopped=True)
+                obs, reward, term, trunc, _ = envs.step(arrays["action"])
+                episodes += int((term | trunc).sum())
+                env_steps += e
+        except Exception as err:  # noqa: BLE001  (classified below)
+            if not _retryable(err):
+                if isinstance(err, grpc.RpcError):
+                    raise RuntimeError(f"inference server at {address} rejected actor {spec.actor_id}: "
+                                       f"{err.code().name}: {err.details()}") from None
+                raise
+            last_err = err
+            down_since = down_since or time.perf_counter()
+            waited = time.perf_counter() - down_since
+            if waited >= give_up_s:
+                why = err.details() if isinstance(err, grpc.RpcError) else type(err).__name__
+                raise InferenceUnavailable(
+                    f"inference server at {address} unreachable for {waited:.1f} s (actor {spec.actor_id}, "
+                    f"{sessions} sessions so far): {why}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, max_backoff_s)
+        finally:
+            if session is not None:
+                session.close()
+            if envs is not None:
+                envs.close()
+            channel.close()
+    return _stats(spec, env_steps, max(reconnects, 0), episodes, start, stopped=False)
+
+
+def _obs_shape(env_id: str):
+    from core.envs import env_spec
+    return env_spec(env_id).obs_shape
+
+
+def _stats(spec, env_steps: int, reconnects: int, episodes: int, start: float, stopped: bool) -> Dict[str, Any]:
+    seconds = time.perf_counter() - start
+    return {"actor_id": spec.actor_id, "env_steps": env_steps, "reconnects": reconnects, "episodes": episodes,
+            "seconds": seconds, "env_steps_per_s": env_steps / max(seconds, 1e-9), "stopped_by_server": stopped}

@@ -1,0 +1,241 @@
+"""Central (SEED) mode training: ``inference: central``.
+
+The learner process hosts an :class:`core.inference.server.InferenceServer`;
+env-only actors (:func:`core.inference.client.run_env_actor_task`) run as
+long-lived tasks (local: spawned processes; Dask: one task per actor, pinned to
+a worker) and stream observations to it. Nothing is broadcast to actors: a
+new policy version is swapped into the server's LiteRT interpreter. The loop::
+
+    while env_steps < total and not solved:
+        server.drain()                    -> unrolls (TrajectoryBatch [T, E]) built server-side
+        enough rows                       -> ReplayStore.write_shard + commit (the commit log)
+        learner behind replay_ratio       -> learn_stage(steps_per_call)
+        server.set_step_budget(...)       -> actors wait when they run ahead of the learner
+        every broadcast_period steps      -> quantize (async) -> server.set_policy
+        every eval.every_env_steps        -> evaluation (background thread), keep the best version
+        every checkpoint.every_steps      -> async checkpoint
+
+Everything else (setup, versions, evaluation bookkeeping, checkpoints, the
+final fp32/int8 evaluation and summary) is the driver's
+(:class:`pipelines.driver.Trainer`), reused unchanged.
+
+Addresses: a unix-domain socket for the local executor
+(``unix:///tmp/databloom-<run>.sock``), TCP on ``127.0.0.1`` (an ephemeral
+port) for a Dask LocalCluster, and the host's address when joining a remote
+Dask scheduler.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import tempfile
+import time
+from collections import deque
+from typing import Any, Dict, List
+
+import numpy as np
+
+from pipelines import stages
+from pipelines.driver import Trainer
+
+
+def server_address(cfg, run_id: str) -> str:
+    """unix socket for local runs, TCP for Dask workers (see module docstring)."""
+    if cfg.executor == "local":
+        return f"unix://{os.path.join(tempfile.gettempdir(), f'databloom-{os.getpid()}-{abs(hash(run_id)) % 10**8}.sock')}"
+    host = "127.0.0.1" if not cfg.dask.address else socket.gethostbyname(socket.gethostname())
+    return f"{host}:0" if not cfg.dask.address else f"0.0.0.0:0"
+
+
+class _ProcessFuture:
+    """A spawned env-only actor process, with the executor-future calls the loop uses."""
+
+    def __init__(self, target, args):
+        import multiprocessing
+        self.process = multiprocessing.get_context("spawn").Process(target=target, args=args, daemon=True)
+        self.process.start()
+
+    def done(self) -> bool:
+        return not self.process.is_alive()
+
+    def result(self, timeout: float | None = None):
+        self.process.join(timeout)
+        return {"exitcode": self.process.exitcode}
+
+    def cancel(self) -> None:
+        if self.process.is_alive():
+            self.process.terminate()
+
+
+def _actor_process(address: str, spec) -> None:
+    from core.inference.client import run_env_actor_task
+    run_env_actor_task(address, spec)
+
+
+class CentralTrainer(Trainer):
+    """One SEED-mode training run; ``run()`` returns the same summary as :class:`Trainer`."""
+
+    def _publish(self, payload) -> None:
+        super()._publish(payload)
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.set_policy(payload)
+
+    def _start_actors(self) -> List[Any]:
+        from core.inference.client import run_env_actor_task
+        if self.cfg.executor == "local":
+            return [_ProcessFuture(_actor_process, (self.server.address, spec)) for spec in self.actor_specs]
+        return [self.executor.submit(run_env_actor_task, self.server.address, spec,
+                                     key=f"env-actor-{self.run_id}-a{spec.actor_id}", actor=spec.actor_id)
+                for spec in self.actor_specs]
+
+    def run(self) -> Dict[str, Any]:
+        from core.inference.server import InferenceServer
+        self._setup()
+        cfg = self.cfg
+        self.version_time: Dict[int, float] = {}
+        self.version_params: Dict[int, Any] = {}
+        self.n_evals = 0
+        self._new_version(blocking=True)
+        address = server_address(cfg, self.run_id)
+        self.server = InferenceServer(
+            address, self.payload, self.spec, unroll_length=cfg.actors.steps_per_task,
+            selector=self.builder.action_selector, explore=self.builder.exploration(cfg.agent, 0, 0),
+            max_batch_size=max(cfg.env.num_envs * cfg.actors.num_actors, 1), max_wait_s=0.002,
+            frame_stack=getattr(cfg.agent, "frame_stack", 1), litert_threads=cfg.threads.litert,
+            first_connection=self.loop.shard_seq << 8, seed=cfg.seed).start()
+        evaluator = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="central-eval")
+        start = time.time()
+        actors = self._start_actors()
+        try:
+            summary = self._loop(start, evaluator)
+        finally:
+            self.server.request_stop()
+            for fut in actors:
+                try:
+                    fut.result(timeout=10)
+                except Exception:  # an actor lost with its worker does not fail the finished run
+                    fut.cancel()
+            self.server.stop()
+            evaluator.shutdown(wait=True)
+        return summary
+
+    def _loop(self, start: float, evaluator) -> Dict[str, Any]:
+        from core.evaluation import run_evaluation_task
+        cfg = self.cfg
+        pending: List[Any] = []
+        pending_rows = 0
+        committed = 0
+        evals: List[Any] = []
+        recent_returns: deque = deque(maxlen=20)
+        next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
+        last_ckpt_step = last_broadcast_step = self.learner.steps
+        slack = cfg.env.num_envs * cfg.actors.steps_per_task * cfg.actors.num_actors
+        stop = False
+        bar = self._progress_bar()
+        t_log = time.time()
+        while True:
+            busy = False
+            # 1. unrolls assembled by the server.
+            for batch in self.server.drain():
+                pending.append(batch)
+                pending_rows += batch.size
+                self.loop.env_steps += batch.size
+                if bar is not None:
+                    bar.update(batch.size)
+            for ret, _ in self.server.pop_episodes():
+                recent_returns.append(ret)
+                self.loop.episodes += 1
+            ending = stop or self.loop.env_steps >= cfg.total_env_steps
+            # 2. shard + commit (the commit log makes them visible to the learner).
+            if pending and (pending_rows >= self._flush_rows() or ending):
+                shard_id = stages.shard_id_for(self.loop.shard_seq)
+                self.loop.shard_seq += 1
+                info = stages.write_shard_stage(self.store_url, shard_id, [_Result(b) for b in pending])
+                version = stages.commit_stage(self.store, [shard_id], meta={"policy_version": self.loop.policy_version})
+                self.cache.refresh()
+                committed += info["rows"]
+                self.log.write("commit", step=self.loop.env_steps, log_version=version, shards=1,
+                               rows=info["rows"], bytes=info["nbytes"])
+                pending, pending_rows, busy = [], 0, True
+            # 3. learn while behind the replay ratio; throttle actors that run ahead.
+            if self.cache.size >= cfg.replay.min_size:
+                budget = int(cfg.learner.replay_ratio * committed) - self.learner.steps
+                if budget > 0:
+                    n = min(budget, cfg.learner.steps_per_call)
+                    m = stages.learn_stage(self.learner, self.sampler, n, cfg.agent.batch_size, self.rng)
+                    busy = True
+                    if self.learner.steps % 100 < n:
+                        self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"])
+                self.server.set_step_budget(int(self.learner.steps / cfg.learner.replay_ratio)
+                                            + slack + cfg.replay.min_size)
+            # 4. policy versions go to the server, not to actors; so do exploration parameters.
+            self.server.explore = self.builder.exploration(cfg.agent, self.loop.env_steps, 0)
+            self._poll_async_version()
+            if self.learner.steps - last_broadcast_step >= cfg.actors.broadcast_period:
+                last_broadcast_step = self.learner.steps
+                self._new_version(blocking=False)
+            # 5. evaluation in a background thread (actor tasks occupy the workers).
+            if self.loop.env_steps >= next_eval and self.learner.steps > 0:
+                next_eval += cfg.eval.every_env_steps
+                self.n_evals += 1
+                evals.append(evaluator.submit(
+                    run_evaluation_task, self.payload, cfg.env.id, cfg.eval.episodes,
+                    cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
+                    self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes))
+            for fut in [f for f in evals if f.done()]:
+                evals.remove(fut)
+                stop |= self._on_evaluation(fut.result(), start)
+            # 6. checkpoints and progress.
+            if self.learner.steps - last_ckpt_step >= cfg.checkpoint.every_steps:
+                last_ckpt_step = self.learner.steps
+                self._checkpoint()
+            if bar is not None and time.time() - t_log > 0.5:
+                t_log = time.time()
+                s = self.server.stats()
+                bar.set_postfix({"learn": self.learner.steps, "v": self.loop.policy_version,
+                                 "ret": f"{np.mean(recent_returns):.0f}" if recent_returns else "-",
+                                 "fill": f"{s['mean_fill']:.2f}", "p50ms": f"{s['latency_ms_p50']:.2f}"},
+                                refresh=False)
+            if ending and not pending:
+                self.server.request_stop()
+                for fut in evals:
+                    self._on_evaluation(fut.result(), start)
+                break
+            if not busy:
+                time.sleep(0.002)
+        if bar is not None:
+            bar.close()
+        self.log.write("inference", step=self.loop.env_steps, **self.server.stats())
+        self._checkpoint()
+        self.ckpt.wait()
+        summary = self._finish(start, [])
+        summary["inference"] = self.server.stats()
+        self.ckpt.close()
+        self.best_ckpt.close()
+        if self.async_quantizer is not None:
+            self.async_quantizer.close()
+        self.log.close()
+        return summary
+
+
+class _Result:
+    """Adapts a TrajectoryBatch to the rollout-result shape ``write_shard_stage`` takes."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+
+def train_central(cfg, run_dir: str, progress: bool = True, resume: bool = False) -> Dict[str, Any]:
+    """Run one central-inference training job (local or Dask executor); returns the summary."""
+    from core.config import ConfigError
+    from pipelines.executors import make_executor
+    if cfg.executor not in ("local", "dask"):
+        raise ConfigError(f"inference 'central' runs on executor local or dask, not {cfg.executor!r} "
+                          f"(a Beam round has no long-lived learner to host the inference server)")
+    executor = make_executor(cfg.executor, cfg)
+    try:
+        return CentralTrainer(cfg, run_dir, executor, progress=progress, resume=resume).run()
+    finally:
+        executor.close()
