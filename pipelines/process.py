@@ -1,0 +1,114 @@
+"""Process an offline dataset (a replay store): ``python -m pipelines.process COMMAND STORE ...``.
+
+Every command runs on Apache Beam (default: the DirectRunner, in this
+process; other Beam options such as ``--runner DataflowRunner`` pass through)
+or on Dask (``--executor dask``: a LocalCluster, or ``--dask-address``), over
+a local path or URL, and gives identical results on both. The logic lives in
+``core.dataset``; this is only the command line.
+
+Examples::
+
+    python -m pipelines.process stats runs/cartpole-dqn/replay
+    python -m pipelines.process filter data/cartpole --min-return 400 --out data/cartpole-expert
+    python -m pipelines.process compact runs/cartpole-dqn/replay --executor dask
+    python -m pipelines.process export data/cartpole --format rlds --out data/cartpole-rlds
+    python -m pipelines.process relabel data/cartpole --n-step 3 --discount 0.99
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional
+
+from pipelines.cli import cli_errors, print_table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.process", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("store", metavar="STORE", help="replay store: a local path or URL (gs://, s3://, memory://)")
+    common.add_argument("--executor", default="beam", metavar="beam|dask|local",
+                        help="engine: 'beam' (default; DirectRunner in-process unless Beam options say otherwise),"
+                             " 'dask' (LocalCluster or --dask-address), 'local' (one process, debugging)")
+    common.add_argument("--dask-address", metavar="tcp://HOST:PORT", help="join an existing Dask scheduler")
+    common.add_argument("--version", type=int, help="read the store at this commit-log version (default: latest)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    s = sub.add_parser("stats", parents=[common], help="episodes, steps, returns, per policy version and actor")
+    s.add_argument("--plot", metavar="PNG", help="return histogram (default: <store name>-returns.png)")
+    s.add_argument("--json", metavar="PATH", help="also write the statistics as JSON")
+    s.add_argument("--bins", type=int, default=20, help="histogram bins (default 20)")
+    f = sub.add_parser("filter", parents=[common], help="copy episodes with return >= X into a new store")
+    f.add_argument("--min-return", type=float, required=True, metavar="X")
+    f.add_argument("--out", required=True, metavar="NEW_STORE")
+    c = sub.add_parser("compact", parents=[common], help="merge small shards into large ones (one atomic swap)")
+    c.add_argument("--target-mib", type=float, default=64.0, help="raw MiB per merged shard (default 64)")
+    e = sub.add_parser("export", parents=[common], help="export as RLDS TFRecords or Parquet")
+    e.add_argument("--format", required=True, metavar="rlds|parquet")
+    e.add_argument("--out", required=True, metavar="PATH")
+    r = sub.add_parser("relabel", parents=[common], help="add n-step return columns (one atomic swap)")
+    r.add_argument("--n-step", type=int, required=True, metavar="N")
+    r.add_argument("--discount", type=float, required=True, metavar="G")
+    return p
+
+
+def _print_stats(s: dict) -> None:
+    d = s["return"]
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"
+    print_table(["store", "version", "shards", "rows", "transitions", "episodes", "incomplete",
+                 "mean length"],
+                [[s["store"], s["version"], s["shards"], f"{s['rows']:,}", f"{s['transitions']:,}",
+                  f"{s['episodes']:,}", s["incomplete_episodes"], fmt(s["episode_length"]["mean"])]])
+    print()
+    print_table(["return", "mean", "std", "min", "p25", "median", "p75", "max"],
+                [["", *(fmt(d[k]) for k in ("mean", "std", "min", "p25", "median", "p75", "max"))]])
+    for key, rows in (("policy_version", s["per_policy_version"]), ("actor", s["per_actor"])):
+        print()
+        print_table([key.replace("_", " "), "rows", "episodes", "mean return"],
+                    [[r[key], f"{r['rows']:,}", r["episodes"], fmt(r["mean_return"])] for r in rows])
+
+
+def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
+    from core.dataset import compact, engines, export, relabel, shards, stats
+    from core.dataset import filter as filter_lib
+    from core.dataset.errors import DatasetError
+    if args.command == "export" and args.format not in export.FORMATS:  # before any engine starts
+        raise DatasetError(f"unknown export format {args.format!r}; valid: {', '.join(export.FORMATS)}")
+    if args.command == "stats" and args.bins < 1:
+        raise DatasetError(f"--bins {args.bins} invalid; valid: >= 1")
+    shards.open_snapshot(args.store, args.version)  # bad or empty store: fail before starting an engine
+    with engines.make_engine(args.executor, pipeline_args, args.dask_address) as engine:
+        if args.command == "stats":
+            result = stats.compute_stats(engine, args.store, args.version, bins=args.bins)
+        elif args.command == "filter":
+            result = filter_lib.filter_store(engine, args.store, args.out, args.min_return, args.version)
+        elif args.command == "compact":
+            result = compact.compact_store(engine, args.store, int(args.target_mib * (1 << 20)), args.version)
+        elif args.command == "export":
+            result = export.export_store(engine, args.store, args.format, args.out, args.version)
+        else:
+            result = relabel.relabel_store(engine, args.store, args.n_step, args.discount, args.version)
+    return result
+
+
+@cli_errors
+def main(argv: Optional[List[str]] = None) -> int:
+    args, pipeline_args = build_parser().parse_known_args(argv)
+    result = run(args, pipeline_args)
+    if args.command == "stats":
+        from core.dataset.stats import plot_returns
+        _print_stats(result)
+        name = os.path.basename(result["store"].rstrip("/")) or "store"
+        print(f"\nreturn histogram: {plot_returns(result, args.plot or f'{name}-returns.png')}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+    else:
+        print_table(["", ""], [[k, v] for k, v in result.items() if k not in ("files", "columns")])
+    return 0
+
+
+if __name__ == "__main__":  # Dask spawns workers that re-import __main__: keep this guard.
+    sys.exit(main())
