@@ -112,7 +112,8 @@ class InferenceServer:
         self._budget_cv = threading.Condition()
         self._unrolls: "collections.deque[TrajectoryBatch]" = collections.deque()
         self._episodes: "collections.deque[tuple]" = collections.deque()
-        self._stop = threading.Event()
+        self._stop = threading.Event()       # the run is over: actors are told to stop
+        self._closing = threading.Event()    # the server is going away: actors will reconnect
         self.step_budget: Optional[int] = None     # env steps the actors may take in total (None = no limit)
         self.env_steps = 0
         self.active_streams = 0
@@ -142,8 +143,12 @@ class InferenceServer:
         return self
 
     def stop(self, grace: float = 1.0) -> None:
-        """Stops serving (open streams are cancelled; actors see UNAVAILABLE/CANCELLED)."""
-        self._stop.set()
+        """Stops serving (open streams are cancelled; actors see UNAVAILABLE/CANCELLED and reconnect).
+
+        Unlike :meth:`request_stop` this does not tell actors the run is over:
+        it is what a crash or restart looks like to them.
+        """
+        self._closing.set()
         with self._budget_cv:
             self._budget_cv.notify_all()
         if self._server is not None:
@@ -201,7 +206,7 @@ class InferenceServer:
     def _wait_for_budget(self, n: int) -> None:
         with self._budget_cv:
             while (self.step_budget is not None and self.env_steps + n > self.step_budget
-                   and not self._stop.is_set()):
+                   and not self._stop.is_set() and not self._closing.is_set()):
                 self._budget_cv.wait(timeout=0.1)
             self.env_steps += n
 
@@ -264,6 +269,8 @@ class InferenceServer:
                     yield protocol.encode({"kind": "actions", "stop": True})
                     return
                 self._wait_for_budget(e)
+                if self._closing.is_set():
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "inference server is shutting down")
                 obs = arrays["observation"]
                 new_episode = (np.ones(e, bool) if unrolls.pending is None else
                                unrolls.pending["terminated"] | unrolls.pending["truncated"])
