@@ -1,0 +1,147 @@
+"""Beam executor: runner options, Dataflow readiness, and one round as a pipeline.
+
+Dataflow cannot be reached from CI, so the Dataflow tests build the round's
+pipeline for ``DataflowRunner`` and translate it (runner API proto, and the
+Dataflow job request when the ``apache-beam[gcp]`` extras are installed)
+without submitting anything.
+"""
+import json
+import os
+
+import pytest
+
+apache_beam = pytest.importorskip("apache_beam")
+import apache_beam as beam  # noqa: E402
+from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions,  # noqa: E402
+                                                  PipelineOptions, SetupOptions, StandardOptions)
+
+from core.config import ConfigError  # noqa: E402
+from core.rollout import ActorSpec  # noqa: E402
+from pipelines import rounds  # noqa: E402
+from pipelines.executors import beam as beam_executor  # noqa: E402
+
+DATAFLOW_ARGS = ["--runner", "DataflowRunner", "--project", "my-project", "--region", "europe-west4",
+                 "--temp_location", "gs://my-bucket/tmp", "--job_name", "databloom-test"]
+
+
+def _plan(run_dir, round_index=0, evaluate=False, num_actors=2):
+    specs = tuple(ActorSpec("test-run", "CartPole-v1", 4, 0, a) for a in range(num_actors))
+    return rounds.RoundPlan(run_dir, round_index, specs, tuple({"epsilon": 0.5} for _ in specs),
+                            steps_per_task=16, actors_per_shard=1, policy_version=round_index + 1,
+                            evaluate=evaluate, eval_args=("CartPole-v1", 4, 123, None, "epsilon_greedy", 475.0, 0))
+
+
+@pytest.fixture(scope="module")
+def payload():
+    from core.networks import mlp
+    from core.quantize import PolicyQuantizer
+    return PolicyQuantizer("fp32").quantize(mlp(4, [16], 2, name="q", seed=0), version=1)
+
+
+# -- options ---------------------------------------------------------------------------------
+def test_default_is_direct_runner_multi_processing_one_worker_per_core(tmp_path):
+    opts = beam_executor.pipeline_options([], str(tmp_path))
+    direct = opts.view_as(DirectOptions)
+    assert opts.view_as(StandardOptions).runner is None   # Beam's default: DirectRunner
+    assert direct.direct_running_mode == "multi_processing"
+    assert direct.direct_num_workers == (os.cpu_count() or 1)
+
+
+def test_user_direct_options_win(tmp_path):
+    opts = beam_executor.pipeline_options(["--direct_running_mode=in_memory", "--direct_num_workers", "1"],
+                                          str(tmp_path))
+    assert opts.view_as(DirectOptions).direct_running_mode == "in_memory"
+    assert opts.view_as(DirectOptions).direct_num_workers == 1
+
+
+def test_dataflow_options_pass_through_untouched():
+    args = DATAFLOW_ARGS + ["--setup_file", "./setup.py", "--max_num_workers", "7", "--some_future_flag", "x"]
+    opts = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
+    gcp = opts.view_as(GoogleCloudOptions)
+    assert (gcp.project, gcp.region, gcp.temp_location) == ("my-project", "europe-west4", "gs://my-bucket/tmp")
+    assert opts.view_as(SetupOptions).setup_file == "./setup.py"
+    assert opts.view_as(DirectOptions).direct_running_mode == "in_memory"   # no Direct defaults added
+    assert "--some_future_flag" in opts.get_all_options(retain_unknown_options=True) or \
+        opts.get_all_options(retain_unknown_options=True).get("some_future_flag") == "x"
+
+
+def test_dataflow_workers_install_the_package_from_setup_py_by_default():
+    opts = beam_executor.pipeline_options(DATAFLOW_ARGS, "gs://my-bucket/runs/a")
+    setup_file = opts.view_as(SetupOptions).setup_file
+    assert setup_file == beam_executor.SETUP_PY and os.path.isfile(setup_file)
+
+
+@pytest.mark.parametrize("run_dir", ["runs/local", "/tmp/x", "file:///tmp/x", "memory://x"])
+def test_remote_runner_rejects_a_run_dir_its_workers_cannot_reach(run_dir):
+    with pytest.raises(ConfigError, match="DataflowRunner needs a run directory its workers can reach"):
+        beam_executor.pipeline_options(DATAFLOW_ARGS, run_dir)
+
+
+def test_cli_rejects_local_run_dir_before_anything_starts(tmp_path, capsys):
+    from pipelines.train import main
+    run_dir = tmp_path / "never-created"
+    code = main(["--executor", "beam", "--run-dir", str(run_dir), "--no-progress", *DATAFLOW_ARGS])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: --runner DataflowRunner needs a run directory")
+    assert not run_dir.exists()
+
+
+# -- Dataflow translation (no submission) ----------------------------------------------------
+def _round_pipeline(options, payload):
+    # Runner-independent construction: the same graph every runner receives.
+    pipeline = beam.Pipeline(runner="DirectRunner", options=options)
+    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True), payload)
+    return pipeline
+
+
+def test_round_pipeline_translates_to_runner_api_for_dataflow(payload):
+    options = beam_executor.pipeline_options(DATAFLOW_ARGS, "gs://my-bucket/runs/a")
+    proto = _round_pipeline(options, payload).to_runner_api()
+    names = {t.unique_name for t in proto.components.transforms.values()}
+    for step in ["CreateTasks", "RollOut/Reshuffle", "RollOut/StepEnvs", "WriteShards/GroupShards",
+                 "WriteShards/Write", "CommitShards/ToList", "CommitShards/Commit", "Evaluate"]:
+        assert step in names, (step, sorted(names))
+    assert any("GroupByKey" in t.spec.urn or t.spec.urn.endswith("group_by_key:v1")
+               for t in proto.components.transforms.values())
+
+
+def test_round_pipeline_translates_to_a_dataflow_job_request(payload):
+    """DataflowRunner with --dry_run builds the job request (docker env, staged setup.py) and sends nothing."""
+    pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    args = DATAFLOW_ARGS + ["--dry_run=True", "--no_auth", "--sdk_location=container"]
+    options = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
+    pipeline = beam.Pipeline(runner=DataflowRunner(), options=options)
+    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True), payload)
+    job = pipeline.run().job                       # dry run: translated, not submitted
+    assert job.proto.name == "databloom-test"
+    envs = list(job.proto_pipeline.components.environments.values())
+    assert envs and all(e.urn == "beam:env:docker:v1" for e in envs)
+    top = {t.unique_name for t in job.proto_pipeline.components.transforms.values() if "/" not in t.unique_name}
+    assert {"CreateTasks", "RollOut", "WriteShards", "CommitShards", "Evaluate"} <= top
+    assert job.options.view_as(SetupOptions).setup_file == beam_executor.SETUP_PY
+
+
+# -- one round, eagerly (in-memory DirectRunner) -----------------------------------------------
+def _run_round(plan, payload):
+    opts = PipelineOptions(["--direct_running_mode", "in_memory", "--direct_num_workers", "1"])
+    beam_executor.run_pipeline(lambda p: rounds.build_round(p, plan, payload), opts)
+
+
+def test_round_writes_commits_once_and_a_rerun_changes_nothing(tmp_path, payload):
+    import zarr
+    from core.replay import ReplayStore
+    run_dir = str(tmp_path / "run")
+    store = ReplayStore.open_or_create(os.path.join(run_dir, "replay"), env_id="CartPole-v1")
+    plan = _plan(run_dir, round_index=3, evaluate=True)
+    _run_round(plan, payload)
+    record = rounds.read_record(run_dir, 3)
+    assert record["shards"] == ["r000003-g0000", "r000003-g0001"]       # deterministic ids
+    assert record["rows"] == 2 * 4 * 16 and record["log_version"] == store.latest_version() == 1
+    assert rounds.read_record(run_dir, 3, "eval")["episodes"] == 4
+    group = zarr.open_group(os.path.join(run_dir, "replay", "shards", "r000003-g0000"), mode="r")
+    assert group["reward"].shape[0] == 4 * 16
+    _run_round(plan, payload)                                            # a re-run round (or retried bundle)
+    state = store.state()
+    assert store.latest_version() == 1 and sorted(state.live) == record["shards"] and state.rows == 128
