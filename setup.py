@@ -30,6 +30,8 @@ setup(
         "pyyaml>=6",
         "tqdm>=4.66",
         "matplotlib",
+        "psutil",                   # process CPU time for energy attribution and time-to-target clocks
+        "codecarbon>=3.3",          # default energy/CO2e backend, offline mode (core.carbon)
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout"],
