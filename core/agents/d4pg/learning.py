@@ -163,7 +163,8 @@ def _assign(variables, values: Dict[str, np.ndarray]) -> None:
 
 
 def _opt_vars(prefix: str, optimizer):
-    return [(f"{prefix}_{i:03d}_{_clean(v.path)}", v) for i, v in enumerate(optimizer.variables)]
+    # Without the optimizer's own name ("adam_2/..."), which depends on how many were built.
+    return [(f"{prefix}_{i:03d}_{_clean(v.path.split('/', 1)[-1])}", v) for i, v in enumerate(optimizer.variables)]
 
 
 def _opt_state(prefix: str, optimizer) -> Dict[str, np.ndarray]:

@@ -68,7 +68,7 @@ def categorical_projection_np(reward, discount, probs, atoms) -> np.ndarray:
     for b in range(probs.shape[0]):
         for j, z in enumerate(atoms):
             tz = min(max(reward[b] + discount[b] * z, atoms[0]), atoms[-1])
-            pos = (tz - atoms[0]) / dz
+            pos = min(max((tz - atoms[0]) / dz, 0.0), len(atoms) - 1.0)  # float round-off at the ends
             lo, hi = int(np.floor(pos)), int(np.ceil(pos))
             if lo == hi:
                 out[b, lo] += probs[b, j]
