@@ -11,6 +11,7 @@ from typing import Dict, Tuple
 #: algo -> ("module:ConfigClass", "module:BuilderClass")
 AGENTS: Dict[str, Tuple[str, str]] = {
     "dqn": ("core.agents.dqn.config:DQNConfig", "core.agents.dqn.builder:DQNBuilder"),
+    "bc": ("core.agents.bc.config:BCConfig", "core.agents.bc.builder:BCBuilder"),
     "vtrace": ("core.agents.vtrace.config:VTraceConfig", "core.agents.vtrace.builder:VTraceBuilder"),
     "d4pg": ("core.agents.d4pg.config:D4PGConfig", "core.agents.d4pg.builder:D4PGBuilder"),
 }

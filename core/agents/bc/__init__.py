@@ -1,0 +1,1 @@
+"""Behaviour cloning: the offline baseline (imitate the dataset's actions)."""
