@@ -76,6 +76,36 @@ def _actor_process(address: str, spec) -> None:
 class CentralTrainer(Trainer):
     """One SEED-mode training run; ``run()`` returns the same summary as :class:`Trainer`."""
 
+    def _setup(self) -> None:
+        super()._setup()
+        if getattr(self.cfg.agent, "torso", "mlp") != "mlp":
+            # Flatbuffer weight patching handles Dense-only policies; conv torsos are converted each version.
+            from core.quantize import AsyncQuantizer, PolicyQuantizer
+            self.quantizer = PolicyQuantizer(self.cfg.actors.precision, patch=False)
+            if self.async_quantizer is not None:
+                self.async_quantizer.close()
+                self.async_quantizer = AsyncQuantizer(self.learner.policy_model, self.cfg.actors.precision,
+                                                      patch=False)
+
+    def _finish_stacked(self, start: float) -> Dict[str, Any]:
+        """The driver's ``_finish``; with stacked frames its final evaluation must stack them too.
+
+        ``Trainer._finish`` looks ``core.evaluation.evaluate_payload`` up at call
+        time, so it is pointed at :func:`evaluate_stacked` for the duration of
+        the call (the driver is shared code and stays unchanged).
+        """
+        import functools
+        from core import evaluation
+        k = getattr(self.cfg.agent, "frame_stack", 1)
+        if k == 1:
+            return self._finish(start, [])
+        original = evaluation.evaluate_payload
+        evaluation.evaluate_payload = functools.partial(evaluate_stacked, frame_stack=k)
+        try:
+            return self._finish(start, [])
+        finally:
+            evaluation.evaluate_payload = original
+
     def _publish(self, payload) -> None:
         super()._publish(payload)
         server = getattr(self, "server", None)
@@ -122,7 +152,6 @@ class CentralTrainer(Trainer):
         return summary
 
     def _loop(self, start: float, evaluator) -> Dict[str, Any]:
-        from core.evaluation import run_evaluation_task
         cfg = self.cfg
         pending: List[Any] = []
         pending_rows = 0
@@ -181,9 +210,10 @@ class CentralTrainer(Trainer):
                 next_eval += cfg.eval.every_env_steps
                 self.n_evals += 1
                 evals.append(evaluator.submit(
-                    run_evaluation_task, self.payload, cfg.env.id, cfg.eval.episodes,
+                    _evaluation_task, self.payload, cfg.env.id, cfg.eval.episodes,
                     cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
-                    self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes))
+                    self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
+                    getattr(cfg.agent, "frame_stack", 1)))
             for fut in [f for f in evals if f.done()]:
                 evals.remove(fut)
                 stop |= self._on_evaluation(fut.result(), start)
@@ -210,7 +240,7 @@ class CentralTrainer(Trainer):
         self.log.write("inference", step=self.loop.env_steps, **self.server.stats())
         self._checkpoint()
         self.ckpt.wait()
-        summary = self._finish(start, [])
+        summary = self._finish_stacked(start)
         summary["inference"] = self.server.stats()
         self.ckpt.close()
         self.best_ckpt.close()
@@ -218,6 +248,48 @@ class CentralTrainer(Trainer):
             self.async_quantizer.close()
         self.log.close()
         return summary
+
+
+def evaluate_stacked(payload, env_id: str, episodes: int = 20, seed: int = 10_000, selector: str = "categorical",
+                     max_episode_steps=None, num_threads: int = 1, frame_stack: int = 1) -> np.ndarray:
+    """:func:`core.evaluation.evaluate_payload` for policies on ``frame_stack`` stacked frames.
+
+    Stacks frames with the server's :class:`FrameStacker`, so evaluation sees
+    exactly the inputs actors see in central mode. Returns per-episode returns
+    (the env's stepped reward: clipped for ``atari:<Game>``, raw for ``-raw``).
+    """
+    from core.envs import env_spec, make_vector_env
+    from core.exploration import SELECTORS, greedy_params
+    from core.inference.server import FrameStacker
+    from core.policy import LiteRTPolicy
+    envs, obs = make_vector_env(env_id, episodes, seed, max_episode_steps)
+    policy = LiteRTPolicy(payload, batch_size=episodes, num_threads=num_threads)
+    stacker, rng = FrameStacker(frame_stack), np.random.default_rng(seed)
+    select, params, spec = SELECTORS[selector], greedy_params(selector), env_spec(env_id)
+    returns, done = np.zeros(episodes), np.zeros(episodes, bool)
+    new = np.ones(episodes, bool)
+    try:
+        while not done.all():
+            x = stacker(obs, new).reshape(episodes, -1).astype(np.float32, copy=False)
+            action, _ = select(policy(x), params, rng, spec)
+            obs, reward, terminated, truncated, _ = envs.step(action)
+            returns += np.where(done, 0.0, reward)
+            done |= terminated | truncated
+            new = np.zeros(episodes, bool)
+    finally:
+        envs.close()
+    return returns.astype(np.float32)
+
+
+def _evaluation_task(payload, env_id, episodes, seed, max_episode_steps, selector, target, confirm, frame_stack):
+    """``core.evaluation.run_evaluation_task`` with frame stacking (same result dict)."""
+    from core.evaluation import run_evaluation_task
+    if frame_stack == 1:
+        return run_evaluation_task(payload, env_id, episodes, seed, max_episode_steps, selector, target, confirm)
+    r = evaluate_stacked(payload, env_id, episodes, seed, selector, max_episode_steps, frame_stack=frame_stack)
+    return {"version": int(payload.version), "precision": payload.precision, "episodes": episodes,
+            "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()), "returns": r.tolist(),
+            "confirmed_mean": None}
 
 
 class _Result:

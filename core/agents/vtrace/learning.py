@@ -25,6 +25,22 @@ from core.agents.vtrace.losses import actor_critic_loss
 from core.agents.vtrace.networks import policy_network, value_network
 
 
+def stack_frames(obs: np.ndarray, k: int, frame_shape) -> np.ndarray:
+    """``[K, B, L + k - 1, *frame]`` single frames -> flat stacked inputs ``[K, B, L, prod(frame) * k]``.
+
+    Output step ``j`` stacks stored frames ``j .. j + k - 1`` (oldest first) on
+    the channel axis, exactly as the inference server's FrameStacker builds
+    the actors' inputs, so replay stores every frame once.
+    """
+    kk, b, length = obs.shape[:3]
+    if k > 1:
+        obs = obs.reshape((kk, b, length) + tuple(frame_shape))
+        if len(frame_shape) == 2:          # [H, W] frames get a channel axis to stack on
+            obs = obs[..., None]
+        obs = np.concatenate([obs[:, :, j:length - k + 1 + j] for j in range(k)], axis=-1)
+    return obs.reshape(kk, b, length - k + 1, -1).astype(np.float32, copy=False)
+
+
 class VTraceLearner:
     """Policy (sent to actors) and value (learner-only) networks trained jointly with Adam."""
 
@@ -85,11 +101,7 @@ class VTraceLearner:
         mask = add(batch["mask"])
         k, b, length = mask.shape
         h = self.history
-        obs = add(batch["observation"])
-        if h:
-            obs = obs.reshape((k, b, length) + tuple(self.spec.obs_shape))
-            obs = np.concatenate([obs[:, :, j:length - h + j] for j in range(h + 1)], axis=-1)
-        obs = obs.reshape(k, b, length - h, -1).astype(np.float32, copy=False)
+        obs = stack_frames(add(batch["observation"]), self.cfg.frame_stack, self.spec.obs_shape)
         cut = lambda x: add(x)[:, :, h:]  # noqa: E731
         last = cut(batch["terminated"]) | cut(batch["truncated"])
         valid = (cut(batch["mask"]) & ~last)[:, :, :-1]

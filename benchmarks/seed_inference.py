@@ -1,0 +1,156 @@
+"""SEED inference benchmark: env frames/s vs env-only actors, central (batched) vs local inference.
+
+For each network (``mlp``: CartPole with a 4-64-64-2 MLP; ``cnn``: Pong with
+the Nature CNN on 4 stacked 84x84 frames) and each actor configuration
+(``--actors`` actor processes x ``--envs`` envs each):
+
+* ``local``: every actor process runs its own LiteRT policy on its envs each
+  step (``core.rollout.run_rollout_task``, the ActorQ path), at ``--local-precision``
+  (fp32 by default; for the CNN, frames are stacked in the actor);
+* ``central``: actor processes only step envs and stream observations to an
+  InferenceServer in this process, which batches them (max batch = all envs,
+  max wait ``--max-wait-ms``) and runs the policy at ``--central-precision``.
+
+Frames are agent steps x frame skip (4 for Atari, 1 for CartPole), the
+definition SEED's paper uses. Prints one table row per point and writes JSON.
+
+    python -m benchmarks.seed_inference --nets mlp cnn --actors 2 --envs 1 2 4 8 16 --seconds 6
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import time
+
+import numpy as np
+
+NETS = {"mlp": ("CartPole-v1", 1, 1), "cnn": ("atari:Pong", 4, 4)}   # env, frame skip, frame stack
+
+
+def _payload(net: str, precision: str):
+    from core.agents.vtrace.config import VTraceConfig
+    from core.agents.vtrace.networks import policy_network
+    from core.envs import env_spec
+    from core.quantize import PolicyQuantizer
+    env_id, _, stack = NETS[net]
+    cfg = VTraceConfig(torso="nature_cnn" if net == "cnn" else "mlp", frame_stack=stack)
+    return PolicyQuantizer(precision).quantize(policy_network(env_spec(env_id), cfg), version=1)
+
+
+def _local_actor(payload, env_id, num_envs, stack, seconds, actor_id, out):
+    """Per-actor inference: step envs and run the actor's own LiteRT policy (batch = its envs)."""
+    from core.envs import make_vector_env
+    from core.inference.server import FrameStacker
+    from core.policy import LiteRTPolicy
+    envs, obs = make_vector_env(env_id, num_envs, seed=actor_id)
+    policy = LiteRTPolicy(payload, batch_size=num_envs)
+    stacker, rng = FrameStacker(stack), np.random.default_rng(actor_id)
+    new = np.ones(num_envs, bool)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        logits = policy(stacker(obs, new).reshape(num_envs, -1).astype(np.float32))
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        a = (p.cumsum(-1) / p.sum(-1, keepdims=True) < rng.random((num_envs, 1))).sum(-1)
+        obs, _, term, trunc, _ = envs.step(np.minimum(a, logits.shape[-1] - 1))
+        new = term | trunc
+        steps += num_envs
+    out.put(steps / (time.perf_counter() - t0))
+
+
+def _central_actor(address, env_id, num_envs, seconds, actor_id, out):
+    from core.inference.client import run_env_actor_task
+    from core.rollout import ActorSpec
+    spec = ActorSpec("bench", env_id, num_envs, 0, actor_id)
+    # warm-up connection excluded: run for `seconds` worth of steps by time
+    import threading
+    result = {}
+    t = threading.Thread(target=lambda: result.update(run_env_actor_task(address, spec)), daemon=True)
+    t0 = time.perf_counter()
+    t.start()
+    t.join(seconds + 60)
+    out.put(result.get("env_steps", 0) / max(result.get("seconds", time.perf_counter() - t0), 1e-9))
+
+
+def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
+    from core.envs import env_spec
+    env_id, skip, stack = NETS[net]
+    payload = _payload(net, precision)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    server = None
+    if mode == "central":
+        from core.inference.server import InferenceServer
+        server = InferenceServer(f"unix:///tmp/db-bench-{os.getpid()}.sock", payload, env_spec(env_id),
+                                 unroll_length=32, max_batch_size=actors * envs,
+                                 max_wait_s=max_wait_ms / 1e3, frame_stack=stack).start()
+        procs = [ctx.Process(target=_central_actor, args=(server.address, env_id, envs, seconds, a, q))
+                 for a in range(actors)]
+    else:
+        procs = [ctx.Process(target=_local_actor, args=(payload, env_id, envs, stack, seconds, a, q))
+                 for a in range(actors)]
+    for p in procs:
+        p.start()
+    if server is not None:
+        while server.connections_opened < actors:
+            time.sleep(0.05)
+        t0 = time.perf_counter()
+        s0, r0 = server.env_steps, server.batcher.requests
+        while time.perf_counter() - t0 < seconds:
+            time.sleep(0.2)
+            server.drain()            # unrolls are assembled as in training, then dropped
+        steps = server.env_steps - s0
+        wall = time.perf_counter() - t0
+        stats = dict(server.stats(), requests=server.batcher.requests - r0)
+        server.request_stop()
+        for p in procs:
+            p.join(30)
+        server.stop()
+        sps = steps / wall
+    else:
+        rates = [q.get(timeout=seconds + 120) for _ in procs]
+        for p in procs:
+            p.join(30)
+        sps, stats = float(sum(rates)), {}
+    return {"mode": mode, "net": net, "env": env_id, "actors": actors, "envs_per_actor": envs,
+            "precision": precision, "env_steps_per_s": sps, "frames_per_s": sps * skip,
+            "requests_per_s": stats.get("requests", 0) / seconds if stats else None,
+            "batch_fill": stats.get("mean_fill"), "latency_ms_p50": stats.get("latency_ms_p50"),
+            "latency_ms_p90": stats.get("latency_ms_p90"), "latency_ms_p99": stats.get("latency_ms_p99")}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nets", nargs="+", default=["mlp", "cnn"], choices=list(NETS))
+    p.add_argument("--actors", nargs="+", type=int, default=[2])
+    p.add_argument("--envs", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    p.add_argument("--modes", nargs="+", default=["local", "central"], choices=["local", "central"])
+    p.add_argument("--seconds", type=float, default=6.0)
+    p.add_argument("--local-precision", default="fp32")
+    p.add_argument("--central-precision", default="fp32")
+    p.add_argument("--max-wait-ms", type=float, default=2.0)
+    p.add_argument("--out", default="benchmarks/seed_inference.json")
+    args = p.parse_args(argv)
+    rows = []
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {platform.processor() or platform.machine()} "
+          f"{os.cpu_count()} cpus")
+    print("mode     net  actors envs prec   env_steps/s  frames/s  req/s   fill  p50ms  p99ms")
+    for net in args.nets:
+        for a in args.actors:
+            for e in args.envs:
+                for mode in args.modes:
+                    prec = args.central_precision if mode == "central" else args.local_precision
+                    r = run_point(mode, net, a, e, args.seconds, prec, args.max_wait_ms)
+                    rows.append(r)
+                    f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+                    print(f"{mode:8s} {net:4s} {a:6d} {e:4d} {prec:6s} {r['env_steps_per_s']:11.0f} "
+                          f"{r['frames_per_s']:9.0f} {f(r['requests_per_s'], '6.0f')} {f(r['batch_fill'], '5.2f')} "
+                          f"{f(r['latency_ms_p50'], '6.2f')} {f(r['latency_ms_p99'], '6.2f')}", flush=True)
+    with open(args.out, "w") as fh:
+        json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "rows": rows}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
