@@ -32,6 +32,7 @@ setup(
         "matplotlib",
         "psutil",                   # process CPU time for energy attribution and time-to-target clocks
         "codecarbon>=3.3",          # default energy/CO2e backend, offline mode (core.carbon)
+        "grpcio>=1.60",             # SEED central inference: bidi streaming, raw numpy bytes (core.inference)
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout"],
