@@ -98,6 +98,8 @@ class Trainer:
         from core.replay import ReplayCache, ReplayStore
 
         cfg = self.cfg
+        from pipelines.energy import start_run_tracker
+        self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
         configure_threads(cfg)
         if getattr(self.executor, "deterministic", False):
             import tensorflow as tf
@@ -126,6 +128,8 @@ class Trainer:
             self._restore()
         self.log = MetricsLogger(self.run_dir)
         self.log.write("config", step=0, config=config_lib.to_dict(cfg))
+        from core.quality import BroadcastQualityProbe
+        self.quality = BroadcastQualityProbe(self.spec.discrete, size=256, seed=cfg.seed)
         self.actor_specs = [ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
                                       cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector)
                             for a in range(cfg.actors.num_actors)]
@@ -185,6 +189,11 @@ class Trainer:
         self.log.write("broadcast", step=self.learner.steps, version=payload.version,
                        payload_bytes=payload.nbytes, convert_seconds=payload.convert_seconds,
                        precision=payload.precision)
+        # Quality vs fp32 on a fixed replay probe batch, scored in the background (core.quality).
+        self.quality.submit(payload, self.version_params.get(payload.version), self.learner.policy_model,
+                            self.sampler, self.cache)
+        for q in self.quality.collect():
+            self.log.write("broadcast_quality", step=self.learner.steps, **q)
 
     def _poll_async_version(self) -> None:
         if self.async_quantizer is None:
@@ -264,6 +273,13 @@ class Trainer:
                 idle.append(a)
                 if bar is not None:
                     bar.update(stats.env_steps)
+            if lags and time.time() - getattr(self, "_lag_logged", 0.0) > 2.0:   # policy lag, every 2 s
+                self._lag_logged = time.time()
+                self.log.write("policy_lag", step=self.loop.env_steps, policy_version=self.loop.policy_version,
+                               versions_mean=float(np.mean([l[0] for l in lags])),
+                               versions_max=int(max(l[0] for l in lags)),
+                               seconds_mean=float(np.mean([l[1] for l in lags])),
+                               seconds_max=float(max(l[1] for l in lags)))
             # 3. aggregate into a shard when big enough (or the run is ending).
             ending = not in_flight and (stop or submitted_steps >= cfg.total_env_steps)
             if pending and (pending_bytes >= cfg.replay.shard_target_bytes
@@ -401,6 +417,11 @@ class Trainer:
                                              self.loop.policy_version, calib)
         summary = summary_lib.build_summary(cfg, self.run_dir, self.loop, self.learner.steps, wall,
                                             self.payload.nbytes, lags, final, self.store.latest_version())
+        for q in self.quality.collect(wait=True):
+            self.log.write("broadcast_quality", step=self.learner.steps, **q)
+        self.quality.close()
+        from pipelines.energy import stop_run_tracker
+        summary.update(stop_run_tracker(self.energy))
         summary_lib.write_summary(self.run_dir, self.log, summary)
         return summary
 

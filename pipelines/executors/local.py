@@ -31,6 +31,10 @@ class LocalExecutor:
     def workers(self) -> Dict[str, Dict[str, Any]]:
         return {f"pid{os.getpid()}": {"kind": "in-process"}}
 
+    def worker_pids(self) -> List[int]:
+        """No worker processes: every stage runs in the driver (energy attribution)."""
+        return []
+
     def close(self) -> None:
         pass
 

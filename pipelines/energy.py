@@ -1,0 +1,49 @@
+"""Energy and carbon per run: start a :class:`core.carbon.EnergyTracker` at setup, stop it at the end.
+
+Used by the training driver (and usable by any launcher)::
+
+    tracker = start_run_tracker(cfg, run_dir, executor)      # None when carbon.backend == "off"
+    ... train, final evaluation ...
+    summary.update(stop_run_tracker(tracker))                 # energy_kwh, co2e_kg, energy_source, ...
+
+Attribution (see core.carbon for the rules): the tracker samples the driver
+process (learner, local executor's actors) and all its descendants, which
+includes a Dask ``LocalCluster``'s worker processes, plus the PIDs the
+executor reports through ``worker_pids()`` (workers on this host started
+elsewhere, e.g. ``dask worker`` processes). A PID seen twice is counted
+once. The backend is ``cfg.carbon.backend`` (``auto`` = codecarbon offline
+when installed, else the process-time model), at ``cfg.carbon.pue`` and the
+grid intensity of ``cfg.carbon.country``. The report lands in
+``RUN_DIR/carbon.json``; ``energy_source`` names how it was measured.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Optional
+
+log = logging.getLogger(__name__)
+
+
+def start_run_tracker(cfg, run_dir: str, executor) -> Optional[Any]:
+    """A started EnergyTracker for this run, or None if ``carbon.backend`` is ``off``."""
+    if cfg.carbon.backend == "off":
+        return None
+    from core.carbon import EnergyTracker
+    pids = getattr(executor, "worker_pids", None)
+    tracker = EnergyTracker(run_dir, backend=cfg.carbon.backend, country=cfg.carbon.country,
+                            pue=cfg.carbon.pue, worker_pids_fn=pids)
+    return tracker.start()
+
+
+def stop_run_tracker(tracker) -> Dict[str, Any]:
+    """Stop ``tracker`` (writes carbon.json) and return the summary fields (empty if None)."""
+    if tracker is None:
+        return {}
+    try:
+        report = tracker.stop()
+    except Exception as e:  # accounting must never fail a finished run
+        log.warning("energy tracking failed at stop: %s: %s", type(e).__name__, e)
+        return {"energy_kwh": None, "co2e_kg": None, "energy_source": f"failed: {type(e).__name__}: {e}"}
+    return {"energy_kwh": report.energy_kwh, "co2e_kg": report.co2e_kg, "energy_source": report.source,
+            "carbon_backend": report.backend, "carbon_pue": report.pue,
+            "energy_process_time_kwh": report.process_time_kwh}
