@@ -1,0 +1,165 @@
+"""Collect a dataset with a trained policy: ``python -m pipelines.collect RUN_DIR --episodes N --out STORE``.
+
+Loads the run's best evaluated parameters (or ``--checkpoint latest|STEP``),
+quantizes them at ``--precision`` (actors run real int8 by default), fans
+out rollout tasks on ``--executor local|dask`` and writes complete episodes
+(``core.dataset.collect``) as replay shards, made visible by one commit at
+the end, so the store goes from empty to complete atomically.
+
+Examples::
+
+    python -m pipelines.collect runs/cartpole-dqn --episodes 100 --out data/cartpole-expert
+    python -m pipelines.collect runs/cartpole-dqn --episodes 500 --out data/cp --epsilon 0.1 --executor dask
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from pipelines.cli import cli_errors, print_table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.collect", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by pipelines.train")
+    p.add_argument("--episodes", type=int, required=True, metavar="N", help="complete episodes to collect (at least)")
+    p.add_argument("--out", required=True, metavar="STORE", help="new replay store (local path or URL)")
+    p.add_argument("--precision", choices=["fp32", "int8-dynamic", "int8-full"], default="int8-dynamic",
+                   help="actor precision (default int8-dynamic)")
+    p.add_argument("--executor", choices=["local", "dask"], default="local")
+    p.add_argument("--checkpoint", default="best", metavar="STEP|latest|best", help="which parameters (default best)")
+    p.add_argument("--epsilon", type=float, default=0.0, help="epsilon-greedy exploration of the actors (default 0)")
+    p.add_argument("--num-actors", type=int, default=2)
+    p.add_argument("--num-envs", type=int, default=8, help="envs per actor")
+    p.add_argument("--steps-per-task", type=int, default=64)
+    p.add_argument("--seed", type=int, default=424_242)
+    return p
+
+
+def _calibration(learner, builder, env_id: str, seed: int) -> np.ndarray:
+    """Observations of the policy's own greedy episodes, for int8-full calibration."""
+    from core.envs import env_spec, make_vector_env
+    from core.exploration import SELECTORS, greedy_params
+    select, spec = SELECTORS[builder.action_selector], env_spec(env_id)
+    envs, obs = make_vector_env(env_id, 8, seed)
+    rows = [obs]
+    for _ in range(63):
+        out = learner.policy_model(obs.reshape(8, -1).astype(np.float32)).numpy()
+        action, _ = select(out, greedy_params(builder.action_selector), np.random.default_rng(0), spec)
+        obs, *_ = envs.step(action)
+        rows.append(obs)
+    envs.close()
+    return np.concatenate(rows).reshape(len(rows) * 8, -1).astype(np.float32)
+
+
+def policy_payload(run_dir: str, which: str, precision: str, seed: int):
+    """``(cfg, builder, payload, label)`` of a trained run's policy at ``precision``."""
+    from core.agents.registry import get_builder
+    from core.envs import env_spec
+    from core.quantize import PolicyQuantizer
+    from pipelines.evaluate import load_policy_params
+    cfg, params, label = load_policy_params(run_dir, which)
+    builder = get_builder(cfg.agent.algo)
+    learner = builder.make_learner(env_spec(cfg.env.id), cfg.agent, cfg.seed)
+    learner.restore({**learner.state(), "params": params})
+    calib = _calibration(learner, builder, cfg.env.id, seed) if precision == "int8-full" else None
+    payload = PolicyQuantizer(precision).quantize(learner.policy_model, version=1, calibration_obs=calib)
+    return cfg, builder, payload, label
+
+
+def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynamic", executor: str = "local",
+            checkpoint: str = "best", epsilon: float = 0.0, num_actors: int = 2, num_envs: int = 8,
+            steps_per_task: int = 64, seed: int = 424_242, progress: bool = True) -> Dict[str, Any]:
+    """Collect at least ``episodes`` complete episodes into the new store ``out``; returns a summary."""
+    from core import urls
+    from core.dataset.collect import collect_rollout_task, needs_more
+    from core.dataset.errors import DatasetError
+    from core.replay import ReplayStore
+    from core.rollout import ActorSpec
+    from pipelines import stages
+    from pipelines.executors import make_executor
+    if episodes < 1 or not 0.0 <= epsilon <= 1.0:
+        raise DatasetError(f"--episodes {episodes} --epsilon {epsilon} invalid; valid: episodes >= 1, 0 <= epsilon <= 1")
+    out = urls.normalize(out)
+    fs, path = urls.resolve(out)
+    if fs.exists(path) and fs.ls(path, detail=False):
+        raise DatasetError(f"--out {out} already exists and is not empty; valid: a new, absent or empty folder")
+    cfg, builder, payload, label = policy_payload(run_dir, checkpoint, precision, seed)
+    store = ReplayStore.open_or_create(out, env_id=cfg.env.id)
+    ex = make_executor(executor, cfg)
+    start = time.time()
+    try:
+        ref = ex.broadcast(payload)
+        run_id = f"collect-{abs(hash(out)) % 10**8}"
+        specs = [ActorSpec(run_id, cfg.env.id, num_envs, seed, a, cfg.env.max_episode_steps, 1,
+                           builder.action_selector) for a in range(num_actors)]
+        explore = {"epsilon": float(epsilon)}
+        next_task, admit_before, ended, rows = [0] * num_actors, None, 0, 0
+        in_flight: Dict[Any, int] = {}
+        pending: List[Any] = []
+        writes: List[Any] = []
+
+        def submit(a: int) -> None:
+            k = next_task[a]
+            next_task[a] += 1
+            fut = ex.submit(collect_rollout_task, specs[a], ref, k, steps_per_task, explore, admit_before,
+                            key=f"{run_id}-a{a}-t{k}", actor=a)
+            in_flight[fut] = a
+
+        def flush() -> None:
+            writes.append(ex.submit(stages.write_shard_stage, store.url, stages.shard_id_for(len(writes)),
+                                    list(pending), key=f"{run_id}-write-{len(writes)}"))
+            pending.clear()
+        for a in range(num_actors):
+            submit(a)
+        while in_flight:
+            for fut in ex.wait(list(in_flight), timeout=0.1):
+                a = in_flight.pop(fut)
+                r = fut.result()
+                ended += r.episodes_ended
+                rows += r.kept_rows
+                if r.kept_rows:
+                    pending.append(fut)
+                if admit_before is None and ended >= episodes:
+                    admit_before = max(next_task)  # episodes started from here on are not admitted
+                if needs_more(r.open_start_tasks, admit_before):
+                    submit(a)
+                if len(pending) >= 4 * num_actors:
+                    flush()
+            if progress:
+                print(f"\rcollect: {ended}/{episodes} episodes, {rows:,} steps, "
+                      f"{rows / max(time.time() - start, 1e-9):,.0f} steps/s", end="", file=sys.stderr)
+        if pending:
+            flush()
+        ids = [w.result()["shard_id"] for w in writes]
+        version = stages.commit_stage(store, ids, meta={"op": "collect", "source": run_dir, "parameters": label,
+                                                         "precision": precision, "epsilon": float(epsilon)})
+    except BaseException:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        raise
+    finally:
+        ex.close()
+        if progress:
+            print(file=sys.stderr)
+    return {"out": store.url, "env_id": cfg.env.id, "parameters": label, "precision": precision,
+            "episodes": ended, "steps": rows, "shards": len(ids), "version": version,
+            "wall_s": time.time() - start, "payload_bytes": payload.nbytes}
+
+
+@cli_errors
+def main(argv: Optional[List[str]] = None) -> int:
+    a = build_parser().parse_args(argv)
+    summary = collect(a.run_dir, a.episodes, a.out, a.precision, a.executor, a.checkpoint, a.epsilon,
+                      a.num_actors, a.num_envs, a.steps_per_task, a.seed)
+    print_table(["", ""], [[k, f"{v:.1f}" if isinstance(v, float) else v] for k, v in summary.items()])
+    return 0
+
+
+if __name__ == "__main__":  # Dask spawns workers that re-import __main__: keep this guard.
+    sys.exit(main())
