@@ -22,6 +22,8 @@ import tempfile
 import time
 from typing import Dict, List
 
+from pipelines import cli as _cli  # noqa: F401  (quiets TensorFlow's C++ logging before TF loads)
+
 
 def _payload():
     from core.networks import mlp
