@@ -1,0 +1,40 @@
+"""Compare runs across precisions: ``python -m pipelines.report RUN_DIR... --out DIR``.
+
+Writes ``DIR/report.md`` (one row per task x precision: time to target,
+speedup vs fp32, final return vs fp32, energy, CO2e, carbon ratio),
+``DIR/rows.json``, ``DIR/returns-<task>.png`` (return vs wall-clock and vs
+env steps, one curve per precision, mean and min-max band over seeds) and
+``DIR/speedup.png`` / ``DIR/carbon.png``. The logic is in :mod:`core.report`.
+
+Example::
+
+    python -m pipelines.report runs/cp-fp32-s0 runs/cp-fp32-s1 runs/cp-int8-s0 runs/cp-int8-s1 --out report/
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from pipelines.cli import cli_errors
+
+
+@cli_errors
+def main(argv: Optional[List[str]] = None) -> int:
+    from core import report as report_lib
+    p = argparse.ArgumentParser(prog="python -m pipelines.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (local paths or URLs)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory for report.md and PNGs")
+    args = p.parse_args(argv)
+    try:
+        result = report_lib.write_report(report_lib.load_runs(args.run_dirs), args.out)
+    except report_lib.ReportError as e:
+        from core.config import ConfigError
+        raise ConfigError(str(e)) from None   # one line, exit 2 (pipelines.cli)
+    print(result["table"])
+    print(f"wrote {len(result['files'])} files to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
