@@ -1,0 +1,101 @@
+"""pipelines.report: exact table values from synthetic runs, plots written, one-line errors."""
+import json
+import os
+
+import pytest
+
+from core import report as report_lib
+
+
+def _make_run(root, dirname, precision, seed, ttt, final, energy, co2e, wall=100.0, steps=10_000, **config_changes):
+    d = os.path.join(root, dirname)
+    os.makedirs(d)
+    config = {"name": "t", "seed": seed, "run_dir": None, "total_env_steps": 10_000,
+              "env": {"id": "CartPole-v1"}, "agent": {"algo": "dqn", "n_step": 3},
+              "actors": {"precision": precision, "num_actors": 4}, "eval": {"target_return": 475.0}}
+    for key, value in config_changes.items():
+        if "__" in key:
+            section, sub = key.split("__")
+            config[section][sub] = value
+        else:
+            config[key] = value
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    summary = {"time_to_target_s": ttt, "env_steps_to_target": None if ttt is None else 8000,
+               "final_eval": {"fp32": {"mean": final}, precision: {"mean": final}},
+               "wall_s": wall, "env_steps_per_s": steps / wall, "energy_kwh": energy, "co2e_kg": co2e,
+               "energy_source": "process-time model (test)", "carbon_backend": "process-time"}
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump(summary, f)
+    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+        for i, (step, wall_s, ret) in enumerate([(2000, 10.0, 20.0), (4000, 20.0, 200.0), (8000, 40.0, 480.0)]):
+            f.write(json.dumps({"kind": "eval", "time": 0, "step": step, "version": i, "mean": ret + seed,
+                                "wall_s": wall_s}) + "\n")
+    return d
+
+
+def test_table_values_exact(tmp_path):
+    dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
+            _make_run(tmp_path, "b", "fp32", 1, 40.0, 480.0, 0.002, 0.001),
+            _make_run(tmp_path, "c", "int8-dynamic", 0, 20.0, 490.0, 0.001, 0.0005, name="other-name"),
+            _make_run(tmp_path, "d", "int8-dynamic", 1, None, 470.0, 0.001, 0.0005)]
+    rows = report_lib.summarize(report_lib.load_runs(dirs))
+    fp32, int8 = rows
+    assert (fp32["precision"], int8["precision"]) == ("fp32", "int8-dynamic")
+    assert fp32["time_to_target_s"] == 50.0 and fp32["reached"] == 2 and fp32["speedup"] == 1.0
+    assert int8["time_to_target_s"] == 20.0 and int8["reached"] == 1
+    assert int8["speedup"] == pytest.approx(2.5)                       # 50 / 20
+    assert int8["final_rel"] == pytest.approx((480.0 - 490.0) / 490.0)  # means 480 vs 490
+    assert int8["energy_ratio"] == pytest.approx(3.0)                  # 0.003 / 0.001
+    assert int8["carbon_ratio"] == pytest.approx(3.0)                  # 0.0015 / 0.0005
+    table = report_lib.markdown_table(rows)
+    assert "| CartPole-v1 dqn | int8-dynamic | 2 | 475 | 1/2 | 20.0 |" in table
+    assert "2.50x" in table and "-2.0%" in table and "3.00x" in table
+
+
+def test_curves_mean_and_band_across_seeds(tmp_path):
+    dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
+            _make_run(tmp_path, "b", "fp32", 2, 40.0, 480.0, 0.002, 0.001)]
+    grid, mean, lo, hi = report_lib.curves(report_lib.load_runs(dirs), "step", points=5)["fp32"]
+    assert list(grid) == [0.0, 2000.0, 4000.0, 6000.0, 8000.0]
+    assert list(mean) == [21.0, 21.0, 201.0, 341.0, 481.0]    # seeds add 0 and 2
+    assert list(lo) == [20.0, 20.0, 200.0, 340.0, 480.0] and list(hi) == [22.0, 22.0, 202.0, 342.0, 482.0]
+
+
+def test_cli_writes_plots_and_table(tmp_path, capsys):
+    from pipelines.report import main
+    dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
+            _make_run(tmp_path, "c", "int8-dynamic", 0, 20.0, 490.0, 0.001, 0.0005)]
+    out = tmp_path / "rep"
+    assert main(dirs + ["--out", str(out)]) == 0
+    for name in ("report.md", "rows.json", "speedup.png", "carbon.png", "returns-cartpole-v1-dqn.png"):
+        assert (out / name).stat().st_size > 0, name
+    with open(out / "speedup.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert "| CartPole-v1 dqn | int8-dynamic |" in capsys.readouterr().out
+
+
+def test_differing_configs_one_line_error(tmp_path, capsys):
+    from pipelines.report import main
+    dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
+            _make_run(tmp_path, "c", "int8-dynamic", 0, 20.0, 490.0, 0.001, 0.0005, agent__n_step=5,
+                      actors__num_actors=2)]
+    assert main(dirs + ["--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: runs of task 'CartPole-v1 dqn' differ in actors.num_actors, agent.n_step; "
+                   "configs may differ only in actors.precision and seed")
+
+
+def test_not_a_run_dir_one_line_error(tmp_path, capsys):
+    from pipelines.report import main
+    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "not a finished run directory" in err and "\n" not in err
+
+
+def test_tasks_may_differ_between_groups(tmp_path):
+    dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
+            _make_run(tmp_path, "b", "fp32", 0, 60.0, -150.0, 0.004, 0.002, env__id="Pendulum-v1",
+                      agent__algo="d4pg")]
+    rows = report_lib.summarize(report_lib.load_runs(dirs))
+    assert [r["task"] for r in rows] == ["CartPole-v1 dqn", "Pendulum-v1 d4pg"]
