@@ -94,8 +94,9 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
     for p in procs:
         p.start()
     if server is not None:
-        while server.connections_opened < actors:
-            time.sleep(0.05)
+        while server.connections_opened < actors or server.env_steps < actors * envs:
+            time.sleep(0.05)          # actors build their envs after connecting (16 Pong envs: seconds)
+        time.sleep(1.0)               # warm-up
         t0 = time.perf_counter()
         s0, r0 = server.env_steps, server.batcher.requests
         while time.perf_counter() - t0 < seconds:
