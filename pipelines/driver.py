@@ -98,13 +98,17 @@ class Trainer:
         from core.replay import ReplayCache, ReplayStore
 
         cfg = self.cfg
+        fs, path = urls.resolve(self.run_dir)
+        if not self.resume and fs.exists(f"{path}/config.json"):
+            # A second run would reuse committed shard ids and overwrite the config: refuse, touch nothing.
+            raise config_lib.ConfigError(f"{self.run_dir} already holds a run; valid: --resume {self.run_dir},"
+                                         " or a new --run-dir")
         from pipelines.energy import start_run_tracker
         self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
         configure_threads(cfg)
         if getattr(self.executor, "deterministic", False):
             import tensorflow as tf
             tf.config.experimental.enable_op_determinism()
-        fs, path = urls.resolve(self.run_dir)
         fs.makedirs(path, exist_ok=True)
         with fs.open(f"{path}/config.json", "w") as f:
             f.write(config_lib.to_json(cfg))

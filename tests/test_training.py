@@ -21,7 +21,7 @@ SMALL = ["total_env_steps=3000", "replay.min_size=500", "eval.every_env_steps=15
 def _train(tmp_path, name, overrides, executor="local", resume=False):
     from pipelines.train import train
     cfg = load_config(overrides=[f"executor={executor}", *overrides])
-    run_dir = str(tmp_path / name)
+    run_dir = os.path.join(str(tmp_path), name)
     return train(cfg, run_dir, progress=False, resume=resume), run_dir
 
 
@@ -88,6 +88,15 @@ def test_resume_continues_from_latest_checkpoint(tmp_path):
     from core.replay import ReplayStore
     ids = [s.id for s in ReplayStore.open(os.path.join(run_dir, "replay")).snapshot().shards]
     assert len(ids) == len(set(ids))   # resumed shard ids never collide with committed ones
+
+
+def test_a_second_run_into_the_same_directory_is_refused(solved_run):
+    from core.config import ConfigError
+    summary, run_dir = solved_run
+    before = open(os.path.join(run_dir, "config.json")).read()
+    with pytest.raises(ConfigError, match="already holds a run; valid: --resume"):
+        _train(os.path.dirname(run_dir), os.path.basename(run_dir), SMALL)
+    assert open(os.path.join(run_dir, "config.json")).read() == before
 
 
 def test_evaluate_cli_and_export(solved_run, tmp_path):
