@@ -95,7 +95,7 @@ def fit(cfg, agent_cfg, cache, steps: int, log=None, best_ckpt=None, progress: b
             solved = score >= cfg.eval.target_return and (r["confirmed_mean"] is not None
                                                           or cfg.eval.confirm_episodes == 0)
             if solved and loop.time_to_target_s is None:
-                loop.time_to_target_s = time.time() - start
+                loop.time_to_target_s, loop.env_steps_to_target = time.time() - start, 0  # no env steps offline
             if solved and cfg.eval.stop_at_target:
                 break
     if getattr(loop, "best_params", None) is not None:

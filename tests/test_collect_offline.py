@@ -1,0 +1,100 @@
+"""Collect a dataset from a solved CartPole policy, process it, and train offline from it.
+
+Budget: one ~45 s local training run (session fixture) that solves CartPole,
+a ~20 s collection, and one offline run.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from core import config as config_lib
+from core.dataset import engines, stats
+from core.replay import ReplayStore
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def solved_run(tmp_path_factory):
+    from pipelines.train import train
+    run_dir = str(tmp_path_factory.mktemp("solved") / "run")
+    cfg = config_lib.load_config(overrides=["executor=local"])
+    summary = train(cfg, run_dir, progress=False)
+    assert summary["final_eval"]["fp32"]["mean"] >= 475, summary["final_eval"]
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def expert_store(solved_run, tmp_path_factory):
+    from pipelines.collect import collect
+    out = str(tmp_path_factory.mktemp("data") / "expert")
+    # epsilon 0.4: a solved policy's data with failures in it (greedy data holds no terminations,
+    # from which Q-learning cannot tell good actions from bad ones; BC still can).
+    summary = collect(solved_run, episodes=60, out=out, precision="int8-dynamic", executor="local",
+                      epsilon=0.4, num_actors=2, num_envs=8, steps_per_task=64, progress=False)
+    assert summary["episodes"] >= 60 and summary["version"] == 1
+    return out
+
+
+def test_collect_writes_complete_episodes_in_one_commit(expert_store):
+    store = ReplayStore.open(expert_store)
+    assert store.latest_version() == 1 and store.log.entry(1)["meta"]["op"] == "collect"
+    s = stats.compute_stats(engines.LocalEngine(), expert_store)
+    assert s["episodes"] >= 60 and s["incomplete_episodes"] == 0
+    assert s["transitions"] == s["rows"] - s["episodes"]
+    assert s["return"]["max"] == 500 and s["return"]["min"] < 500  # solved policy + exploration
+    assert [r["actor"] for r in s["per_actor"]] == [0, 1]
+
+
+def test_collect_bad_input(solved_run, tmp_path, capsys):
+    from pipelines.collect import main
+    assert main([str(tmp_path / "nope"), "--episodes", "1", "--out", str(tmp_path / "o")]) == 2
+    assert "is not a run directory" in capsys.readouterr().err
+    assert main([solved_run, "--episodes", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "--episodes 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_offline_training_reaches_400(expert_store, tmp_path):
+    from pipelines.train import print_summary, train
+    # Offline double DQN (default agent) on the fixed data: at most 15k learner steps, stops when a
+    # 100-episode confirmation reaches 475; a BC baseline trains on the same data.
+    cfg = config_lib.load_config(overrides=["total_env_steps=30000", "eval.every_env_steps=4000"])
+    run_dir = str(tmp_path / "offline-dqn")
+    summary = train(cfg, run_dir, progress=False, offline_dataset=expert_store)
+    print_summary(summary)
+    assert summary["executor"] == "offline" and summary["env_steps"] == 0
+    assert summary["final_eval"]["fp32"]["mean"] >= 400, summary["final_eval"]
+    assert summary["final_eval"]["int8-dynamic"]["mean"] >= 400, summary["final_eval"]
+    assert summary["final_eval"]["bc-baseline"]["mean"] > 0
+    with open(f"{run_dir}/summary.json") as f:
+        assert json.load(f)["offline_dataset"] == ReplayStore.open(expert_store).url
+
+
+def test_offline_rejects_other_env_and_empty_store(expert_store, tmp_path):
+    from core.dataset.errors import DatasetError
+    from pipelines.offline import train_offline
+    cfg = config_lib.load_config(overrides=["env.id=Acrobot-v1"])
+    with pytest.raises(config_lib.ConfigError, match="CartPole-v1"):
+        train_offline(cfg, str(tmp_path / "r"), expert_store, progress=False)
+    ReplayStore.open_or_create(str(tmp_path / "empty"), env_id="CartPole-v1")
+    with pytest.raises(DatasetError, match="is empty"):
+        train_offline(config_lib.load_config(), str(tmp_path / "r2"), str(tmp_path / "empty"), progress=False)
+
+
+def test_bc_learner_state_round_trip():
+    from core.agents.bc.config import BCConfig
+    from core.agents.bc.learning import BCLearner
+    from core.envs import env_spec
+    a = BCLearner(env_spec("CartPole-v1"), BCConfig(hidden=[16]), seed=0)
+    batch = {"observation": np.random.default_rng(0).standard_normal((3, 32, 4)).astype(np.float32),
+             "action": np.random.default_rng(1).integers(0, 2, (3, 32))}
+    losses = [a.step(batch)["loss"] for _ in range(20)]
+    assert a.steps == 60 and losses[-1] < losses[0]
+    b = BCLearner(env_spec("CartPole-v1"), BCConfig(hidden=[16]), seed=5)
+    b.restore(a.state())
+    obs = batch["observation"][0]
+    np.testing.assert_array_equal(a.policy_model(obs).numpy(), b.policy_model(obs).numpy())
+    assert b.steps == 60
