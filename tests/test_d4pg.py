@@ -159,7 +159,7 @@ def test_pendulum_learning_regression(tmp_path):
     from core.config import load_config
     from pipelines.train import train
     cfg = load_config("configs/pendulum-d4pg.yaml",
-                      ["executor=local", "total_env_steps=6000", "carbon.backend=off", "eval.stop_at_target=true"])
+                      ["executor=local", "total_env_steps=6000", "carbon.backend='off'", "eval.stop_at_target=true"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
     assert summary["best_eval_return"] >= -400, summary
     assert summary["final_eval"]["int8-dynamic"]["mean"] >= -400, summary

@@ -1,0 +1,63 @@
+"""Energy/carbon per run, per-broadcast quality metrics and policy-lag records, end to end."""
+import json
+import os
+
+import pytest
+
+TINY = ["executor=local", "total_env_steps=1536", "replay.min_size=500", "eval.every_env_steps=1024",
+        "eval.episodes=2", "eval.confirm_episodes=0", "agent.hidden=[32]", "actors.broadcast_period=40",
+        "actors.num_actors=2", "env.num_envs=4", "checkpoint.every_steps=100000"]
+
+
+def _records(run_dir, kind):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["kind"] == kind]
+
+
+def test_run_records_energy_quality_and_lag(tmp_path):
+    from core.config import load_config
+    from pipelines.train import train
+    run_dir = str(tmp_path / "run")
+    cfg = load_config(None, TINY + ["carbon.backend=process-time", "carbon.country=FRA"])
+    summary = train(cfg, run_dir, progress=False)
+    with open(os.path.join(run_dir, "carbon.json")) as f:
+        carbon = json.load(f)
+    assert carbon["backend"] == "process-time" and carbon["country"] == "FRA"
+    assert summary["energy_kwh"] == pytest.approx(carbon["energy_kwh"]) and summary["energy_kwh"] > 0
+    assert summary["co2e_kg"] == pytest.approx(carbon["energy_kwh"] * carbon["intensity_g_per_kwh"] / 1000)
+    assert summary["energy_source"].startswith("process-time model") and "country=FRA" in summary["energy_source"]
+    assert any(k.startswith("driver pid=") for k in carbon["cpu_seconds"])
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        assert json.load(f)["energy_kwh"] == summary["energy_kwh"]
+    quality = _records(run_dir, "broadcast_quality")
+    assert quality, "no broadcast_quality records"
+    for q in quality:
+        assert 0.0 <= q["action_agreement"] <= 1.0 and q["agreement_kind"] == "argmax_match"
+        assert set(q["weight_quant_error"]) == {"dense_0", "dense_1"} and q["probe_size"] == 256
+        assert 0.0 < q["weight_quant_error_max"] < 0.05
+    assert len({q["version"] for q in quality}) == len(quality)
+    lags = _records(run_dir, "policy_lag")
+    assert lags and all(r["versions_mean"] >= 0 and r["seconds_mean"] >= 0 for r in lags)
+
+
+def test_backend_off_writes_no_carbon(tmp_path):
+    from core.config import load_config
+    from pipelines.train import train
+    run_dir = str(tmp_path / "run")
+    summary = train(load_config(None, TINY + ["carbon.backend='off'", "total_env_steps=600"]), run_dir,
+                    progress=False)
+    assert not os.path.exists(os.path.join(run_dir, "carbon.json")) and "energy_kwh" not in summary
+
+
+def test_executors_report_worker_pids():
+    import psutil
+    from pipelines.executors.dask import DaskExecutor
+    from pipelines.executors.local import LocalExecutor
+    assert LocalExecutor().worker_pids() == []
+    ex = DaskExecutor(n_workers=1)
+    try:
+        pids = ex.worker_pids()
+        assert len(pids) == 1 and pids[0] != os.getpid() and psutil.pid_exists(pids[0])
+        assert ex.worker_pids() == pids      # cached
+    finally:
+        ex.close()
