@@ -35,7 +35,7 @@ setup(
         "grpcio>=1.60",             # SEED central inference: bidi streaming, raw numpy bytes (core.inference)
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout"],
+        "test": ["pytest>=8", "pytest-timeout", "dm-control>=1.0.50", "mujoco>=3.17,<4"],  # dmc tests run in CI (~10 s install)
         "atari": ["ale-py>=0.12"],
         "dmc": ["dm-control>=1.0.50", "mujoco>=3.17,<4"],
         "dataflow": ["apache-beam[gcp]>=2.77"],
