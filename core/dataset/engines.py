@@ -94,10 +94,12 @@ class BeamEngine(LocalEngine):
     name = "beam"
 
     def __init__(self, pipeline_args: Optional[List[str]] = None):
-        from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+        from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions, PipelineOptions,
+                                                          StandardOptions)
         self.options = PipelineOptions(list(pipeline_args or []))
         runner = self.options.view_as(StandardOptions).runner or "DirectRunner"
-        self.in_process = runner in ("DirectRunner", "direct") and "multi_processing" not in (pipeline_args or [])
+        mode = self.options.view_as(DirectOptions).direct_running_mode
+        self.in_process = runner in ("DirectRunner", "direct") and mode != "multi_processing"
         self.temp = self.options.view_as(GoogleCloudOptions).temp_location
         self._local_temp = None
         if not self.temp:
