@@ -247,3 +247,20 @@ def test_export_to_existing_path_is_refused(hand_store, tmp_path, capsys):
 def test_dask_rejects_memory_store(dask_engine):
     with pytest.raises(Exception, match="memory://"):
         engines.check_reachable(dask_engine, "memory://x/y")
+
+
+def test_cli_filter_compact_relabel_export_on_memory_store(capsys, tmp_path):
+    import uuid
+    url = f"memory://process-tests/{uuid.uuid4().hex}"
+    store = ReplayStore.open_or_create(url, env_id="CartPole-v1")
+    store.commit([store.write_shard(f"s{i}", [random_batch(i, T=32, E=2)]).id for i in range(3)])
+    assert run_cli(capsys, "compact", url, "--executor", "local")[0] == 0
+    assert [s.id for s in store.snapshot().shards] == ["c00000001-g0000"]
+    code, out, _ = run_cli(capsys, "relabel", url, "--n-step", "2", "--discount", "0.9", "--executor", "local")
+    assert code == 0 and "extras/nstep_return" in store.snapshot().field_names()
+    code, _, _ = run_cli(capsys, "filter", url, "--min-return", "3", "--out", url + "-f", "--executor", "local")
+    assert code == 0 and ReplayStore.open(url + "-f").latest_version() == 1
+    code, _, _ = run_cli(capsys, "export", url + "-f", "--format", "parquet", "--out", str(tmp_path / "p"),
+                         "--executor", "local")
+    import pandas as pd
+    assert code == 0 and "extras/nstep_return" in pd.read_parquet(tmp_path / "p").columns
