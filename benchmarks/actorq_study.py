@@ -45,9 +45,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS: Dict[str, Dict[str, tuple]] = {
     "cartpole-dqn": {"actorq": ("configs/actorq/cartpole-dqn.yaml", 8_000, 2_000),
                      "small": ("configs/default.yaml", 60_000, 30_000)},
-    "pendulum-d4pg": {"actorq": ("configs/actorq/pendulum-d4pg.yaml", 4_000, 1_600),
+    "pendulum-d4pg": {"actorq": ("configs/actorq/pendulum-d4pg.yaml", 4_000, 2_000),
                       "small": ("configs/pendulum-d4pg.yaml", 12_000, 8_000)},
-    "dmc-cartpole-balance-d4pg": {"actorq": ("configs/actorq/dmc-cartpole-balance-d4pg.yaml", 4_000, 1_600),
+    "dmc-cartpole-balance-d4pg": {"actorq": ("configs/actorq/dmc-cartpole-balance-d4pg.yaml", 4_000, 2_000),
                                   "small": ("configs/dmc-cartpole-balance-d4pg.yaml", 12_000, 8_000)},
 }
 PRECISIONS = ("fp32", "int8-dynamic")
@@ -93,6 +93,8 @@ def main(argv=None) -> int:
                    help="extra config override for every run")
     args = p.parse_args(argv)
     seeds = args.seeds or (1 if args.quick else 3)
+    if args.quick:  # learning starts sooner, so a short budget is not all replay warm-up
+        args.extra = ["replay.min_size=500"] + args.extra
     os.makedirs(args.out, exist_ok=True)
     study = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "machine": machine_info(),
              "argv": sys.argv, "size": args.size, "quick": args.quick, "seeds": seeds, "runs": []}

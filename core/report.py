@@ -22,7 +22,9 @@ Per task x precision, over seeds (``k`` runs):
   (> 1: less than fp32);
 * throughput ``env_steps / wall_s`` of the whole run and its ratio to fp32
   (> 1: faster), the speed comparison that exists even when a budget ends
-  before the target.
+  before the target; and the actors' own rate (env steps per second of
+  actor time per worker, from the ``workers`` records), which isolates what
+  int8 inference changes from what the learner and the machine add.
 
 Curves: each seed's evaluation returns are interpolated (linearly, held
 flat after its last evaluation) onto a common grid of wall-clock seconds or
@@ -61,6 +63,15 @@ class Run:
     config: Dict[str, Any]
     summary: Dict[str, Any]
     evals: List[Dict[str, Any]]
+    workers: Optional[Dict[str, Any]] = None
+
+    @property
+    def actor_steps_per_s(self) -> Optional[float]:
+        """Env steps per second of actor time (stepping + inference, not waiting), per worker."""
+        rows = (self.workers or {}).values()
+        steps = sum(r["env_steps"] for r in rows)
+        seconds = sum(r["env_steps"] / r["env_steps_per_s"] for r in rows if r.get("env_steps_per_s"))
+        return steps / seconds if seconds > 0 else None
 
     @property
     def task(self) -> str:
@@ -85,7 +96,8 @@ def load_run(run_dir: str) -> Run:
     from core.metrics import read_metrics
     config, summary = _read_json(run_dir, "config.json"), _read_json(run_dir, "summary.json")
     evals = sorted(read_metrics(run_dir, kind="eval"), key=lambda r: r["step"])
-    return Run(run_dir, config, summary, evals)
+    workers = read_metrics(run_dir, kind="workers")
+    return Run(run_dir, config, summary, evals, workers[-1]["workers"] if workers else None)
 
 
 def load_runs(run_dirs: Sequence[str]) -> List[Run]:
@@ -140,6 +152,7 @@ def summarize(runs: Sequence[Run]) -> List[Dict[str, Any]]:
                 "final_return": _mean([r.summary["final_eval"].get(p, {}).get("mean") for r in rs]),
                 "wall_s": _mean([r.summary.get("wall_s") for r in rs]),
                 "env_steps_per_s": _mean([r.summary.get("env_steps_per_s") for r in rs]),
+                "actor_steps_per_s": _mean([r.actor_steps_per_s for r in rs]),
                 "energy_kwh": _mean([r.summary.get("energy_kwh") for r in rs]),
                 "co2e_kg": _mean([r.summary.get("co2e_kg") for r in rs]),
                 "energy_source": rs[0].summary.get("carbon_backend") or ("off" if rs[0].summary.get("energy_kwh")
@@ -168,14 +181,15 @@ def _fmt(v: Optional[float], spec: str, suffix: str = "") -> str:
 
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
     header = ["task", "precision", "seeds", "target", "reached", "time to target (s)", "env steps to target",
-              "speedup vs fp32", "env steps/s", "throughput vs fp32", "final return", "final vs fp32",
+              "speedup vs fp32", "env steps/s", "throughput vs fp32", "actor env steps/s", "final return", "final vs fp32",
               "energy (kWh)", "energy ratio vs fp32", "CO2e (g)", "carbon ratio vs fp32", "energy source"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in rows:
         cells = [r["task"], r["precision"], str(r["seeds"]), f"{r['target']:g}", f"{r['reached']}/{r['seeds']}",
                  _fmt(r["time_to_target_s"], ".1f"), _fmt(r["steps_to_target"], ",.0f"),
                  _fmt(r["speedup"], ".2f", "x"), _fmt(r["env_steps_per_s"], ".0f"),
-                 _fmt(r["throughput_ratio"], ".2f", "x"), _fmt(r["final_return"], ".1f"),
+                 _fmt(r["throughput_ratio"], ".2f", "x"), _fmt(r["actor_steps_per_s"], ".0f"),
+                 _fmt(r["final_return"], ".1f"),
                  _fmt(None if r["final_rel"] is None else 100 * r["final_rel"], "+.1f", "%"),
                  _fmt(r["energy_kwh"], ".5f"), _fmt(r["energy_ratio"], ".2f", "x"), _fmt(None if r["co2e_kg"] is None else 1000 * r["co2e_kg"], ".3f"),
                  _fmt(r["carbon_ratio"], ".2f", "x"), r["energy_source"]]
