@@ -28,7 +28,7 @@ Per task x precision, over seeds (``k`` runs):
 
 Curves: each seed's evaluation returns are interpolated (linearly, held
 flat after its last evaluation) onto a common grid of wall-clock seconds or
-env steps; the plot shows the mean across seeds and a min-max band.
+env steps, from the first evaluation of any seed to the last; the plot shows the mean across seeds and a min-max band.
 
 Example::
 
@@ -207,7 +207,7 @@ def curves(runs: Sequence[Run], x: str, points: int = 100) -> Dict[str, Tuple[np
     for p, rs in by_p.items():
         xs = [np.array([e["wall_s" if x == "wall_s" else "step"] for e in r.evals], float) for r in rs]
         ys = [np.array([e["mean"] for e in r.evals], float) for r in rs]
-        grid = np.linspace(0.0, max(v.max() for v in xs), points)
+        grid = np.linspace(min(v.min() for v in xs), max(v.max() for v in xs), points)
         # np.interp holds the first/last value outside a seed's range: flat after it stopped.
         vals = np.stack([np.interp(grid, xv, yv) for xv, yv in zip(xs, ys)])
         out[p] = (grid, vals.mean(0), vals.min(0), vals.max(0))

@@ -57,9 +57,10 @@ def test_curves_mean_and_band_across_seeds(tmp_path):
     dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
             _make_run(tmp_path, "b", "fp32", 2, 40.0, 480.0, 0.002, 0.001)]
     grid, mean, lo, hi = report_lib.curves(report_lib.load_runs(dirs), "step", points=5)["fp32"]
-    assert list(grid) == [0.0, 2000.0, 4000.0, 6000.0, 8000.0]
-    assert list(mean) == [21.0, 21.0, 201.0, 341.0, 481.0]    # seeds add 0 and 2
-    assert list(lo) == [20.0, 20.0, 200.0, 340.0, 480.0] and list(hi) == [22.0, 22.0, 202.0, 342.0, 482.0]
+    assert list(grid) == [2000.0, 3500.0, 5000.0, 6500.0, 8000.0]
+    # seed 0: linear between (2000, 20), (4000, 200), (8000, 480); seed 2 adds 2
+    assert list(mean) == [21.0, 156.0, 271.0, 376.0, 481.0]
+    assert list(lo) == [20.0, 155.0, 270.0, 375.0, 480.0] and list(hi) == [22.0, 157.0, 272.0, 377.0, 482.0]
 
 
 def test_cli_writes_plots_and_table(tmp_path, capsys):
