@@ -5,8 +5,11 @@ the Nature CNN on 4 stacked 84x84 frames) and each actor configuration
 (``--actors`` actor processes x ``--envs`` envs each):
 
 * ``local``: every actor process runs its own LiteRT policy on its envs each
-  step (``core.rollout.run_rollout_task``, the ActorQ path), at ``--local-precision``
+  step, batched over the actor's envs (the ActorQ path), at ``--local-precision``
   (fp32 by default; for the CNN, frames are stacked in the actor);
+* ``per-env``: like ``local`` but each env runs its own batch-1 inference:
+  the "per-env local fp32 inference" baseline of the issue's 3x goal (what
+  SEED compares against: every actor doing its own forward pass);
 * ``central``: actor processes only step envs and stream observations to an
   InferenceServer in this process, which batches them (max batch = all envs,
   max wait ``--max-wait-ms``) and runs the policy at ``--central-precision``.
@@ -40,18 +43,19 @@ def _payload(net: str, precision: str):
     return PolicyQuantizer(precision).quantize(policy_network(env_spec(env_id), cfg), version=1)
 
 
-def _local_actor(payload, env_id, num_envs, stack, seconds, actor_id, out):
-    """Per-actor inference: step envs and run the actor's own LiteRT policy (batch = its envs)."""
+def _local_actor(payload, env_id, num_envs, stack, seconds, actor_id, out, per_env=False):
+    """Actor-side inference: the actor's own LiteRT policy, batched over its envs or one env at a time."""
     from core.envs import make_vector_env
     from core.inference.server import FrameStacker
     from core.policy import LiteRTPolicy
     envs, obs = make_vector_env(env_id, num_envs, seed=actor_id)
-    policy = LiteRTPolicy(payload, batch_size=num_envs)
+    policy = LiteRTPolicy(payload, batch_size=1 if per_env else num_envs)
     stacker, rng = FrameStacker(stack), np.random.default_rng(actor_id)
     new = np.ones(num_envs, bool)
     steps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        logits = policy(stacker(obs, new).reshape(num_envs, -1).astype(np.float32))
+        x = stacker(obs, new).reshape(num_envs, -1).astype(np.float32)
+        logits = (np.concatenate([policy(x[i:i + 1]) for i in range(num_envs)]) if per_env else policy(x))
         p = np.exp(logits - logits.max(-1, keepdims=True))
         a = (p.cumsum(-1) / p.sum(-1, keepdims=True) < rng.random((num_envs, 1))).sum(-1)
         obs, _, term, trunc, _ = envs.step(np.minimum(a, logits.shape[-1] - 1))
@@ -89,7 +93,8 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
         procs = [ctx.Process(target=_central_actor, args=(server.address, env_id, envs, seconds, a, q))
                  for a in range(actors)]
     else:
-        procs = [ctx.Process(target=_local_actor, args=(payload, env_id, envs, stack, seconds, a, q))
+        procs = [ctx.Process(target=_local_actor, args=(payload, env_id, envs, stack, seconds, a, q,
+                                                        mode == "per-env"))
                  for a in range(actors)]
     for p in procs:
         p.start()
@@ -127,7 +132,8 @@ def main(argv=None):
     p.add_argument("--nets", nargs="+", default=["mlp", "cnn"], choices=list(NETS))
     p.add_argument("--actors", nargs="+", type=int, default=[2])
     p.add_argument("--envs", nargs="+", type=int, default=[1, 2, 4, 8, 16])
-    p.add_argument("--modes", nargs="+", default=["local", "central"], choices=["local", "central"])
+    p.add_argument("--modes", nargs="+", default=["per-env", "local", "central"],
+                   choices=["per-env", "local", "central"])
     p.add_argument("--seconds", type=float, default=6.0)
     p.add_argument("--local-precision", default="fp32")
     p.add_argument("--central-precision", default="fp32")

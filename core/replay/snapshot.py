@@ -55,14 +55,26 @@ class ByteLRU:
 
 
 class _ShardField:
-    """Array-like (shape, dtype, __getitem__) over one field of one shard, for dask."""
+    """Array-like (shape, dtype, __getitem__) over one field of one shard, for dask.
 
-    def __init__(self, snap: "Snapshot", shard_id: str, name: str, shape, dtype):
-        self.snap, self.shard_id, self.name = snap, shard_id, name
+    Picklable, so dask arrays built from a snapshot also compute on a
+    distributed cluster: in this process reads go through the snapshot's
+    bounded cache; a pickled copy (on a worker) drops the snapshot and reads
+    the shard directly, still checking the committed token.
+    """
+
+    def __init__(self, snap: "Snapshot", shard_id: str, name: str, shape, dtype, token: str):
+        self.snap, self.shard_id, self.name, self.token = snap, shard_id, name, token
+        self.shards_url = snap.store.shards_url
         self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
 
+    def __getstate__(self):
+        return {**self.__dict__, "snap": None}
+
     def __getitem__(self, key):
-        return self.snap.read(self.shard_id, self.name)[key]
+        if self.snap is not None:
+            return self.snap.read(self.shard_id, self.name)[key]
+        return ShardReader(self.shards_url, self.shard_id, expected_token=self.token).read(self.name)[key]
 
 
 class Snapshot:
@@ -123,7 +135,7 @@ class Snapshot:
                 raise ReplayError(f"shard {s.id!r} has no field {name!r}; valid: "
                                   + ", ".join(self.shard_attrs(s.id)["fields"]))
             shape = (s.rows, *spec["shape"])
-            arr = _ShardField(self, s.id, name, shape, spec["dtype"])
+            arr = _ShardField(self, s.id, name, shape, spec["dtype"], s.token)
             parts.append(da.from_array(arr, chunks=shape, name=f"replay-{s.id}-{s.token}-{name}",
                                        meta=np.empty((0,) * len(shape), spec["dtype"])))
         return da.concatenate(parts, axis=0)
