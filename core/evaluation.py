@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 
 from core.envs import env_spec, make_vector_env
-from core.exploration import SELECTORS, greedy_params
+from core.exploration import SELECTORS, greedy_params, make_carry
 
 
 def evaluate_payload(payload, env_id: str, episodes: int = 20, seed: int = 10_000,
@@ -31,9 +31,13 @@ def evaluate_payload(payload, env_id: str, episodes: int = 20, seed: int = 10_00
     select, params, spec = SELECTORS[selector], greedy_params(selector), env_spec(env_id)
     returns = np.zeros(episodes, np.float64)
     done = np.zeros(episodes, bool)
+    carry = make_carry(selector, payload, episodes, spec.obs_dim)   # recurrent policies only
+    first = np.ones(episodes, bool)
     try:
         while not done.all():
-            q = policy(obs.reshape(episodes, -1).astype(np.float32, copy=False))
+            x = obs.reshape(episodes, -1).astype(np.float32, copy=False)
+            q = policy(x) if carry is None else carry(policy, x, first)[0]
+            first[:] = False
             action, _ = select(q, params, rng, spec)
             obs, reward, terminated, truncated, _ = envs.step(action)
             returns += np.where(done, 0.0, reward)

@@ -81,10 +81,32 @@ SELECTORS: Dict[str, Selector] = {
     "gaussian": gaussian,
     "tanh_gaussian": tanh_gaussian,
     "categorical": categorical,
+    "recurrent_epsilon_greedy": epsilon_greedy,   # on the q part of a recurrent policy (see CARRIES)
 }
+
+#: Selectors whose policy is recurrent (payload ``[obs, h, c] -> [q, h', c']``): the actor keeps a
+#: carry between steps, built by :func:`make_carry` ("module:Class" with ``for_payload``).
+CARRIES: Dict[str, str] = {
+    "recurrent_epsilon_greedy": "core.agents.r2d2.actor:LSTMCarry",
+}
+
+
+def make_carry(selector: str, payload, num_envs: int, obs_dim: int):
+    """The recurrent state carried between steps for ``selector``'s policy, or None if feed-forward.
+
+    A carry is called as ``out, extras = carry(policy, obs, reset)`` in place
+    of ``policy(obs)``: it zeroes the state where ``reset`` (first row of an
+    episode), runs the policy on ``[obs, state]`` and keeps the new state;
+    ``extras`` (the state the step started from) go to replay.
+    """
+    if selector not in CARRIES:
+        return None
+    import importlib
+    module, name = CARRIES[selector].split(":")
+    return getattr(importlib.import_module(module), name).for_payload(payload, num_envs, obs_dim)
 
 
 def greedy_params(selector: str) -> Dict[str, float]:
     """Selector parameters for greedy evaluation."""
     return {"epsilon_greedy": {"epsilon": 0.0}, "gaussian": {"sigma": 0.0}, "tanh_gaussian": {"sigma": 0.0},
-            "categorical": {"greedy": 1.0}}[selector]
+            "categorical": {"greedy": 1.0}, "recurrent_epsilon_greedy": {"epsilon": 0.0}}[selector]

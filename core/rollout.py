@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from core.envs import env_spec, make_vector_env
-from core.exploration import SELECTORS, epsilon_greedy  # noqa: F401  (re-exported)
+from core.exploration import SELECTORS, epsilon_greedy, make_carry  # noqa: F401  (re-exported)
 from core.trajectory import TrajectoryBatch, make_episode_id
 
 #: Episodes an env may start within one task before ids could collide.
@@ -90,6 +90,7 @@ class ActorState:
         self.episode_return = np.zeros(e, np.float64)
         self.next_task = task_index
         self.policy = None
+        self.carry = None          # recurrent policies: state carried between steps and tasks
         self.env_spec = env_spec(spec.env_id)
         self.select = SELECTORS[spec.selector]
 
@@ -98,6 +99,7 @@ class ActorState:
         if self.policy is None:
             self.policy = LiteRTPolicy(payload, batch_size=self.spec.num_envs,
                                        num_threads=self.spec.litert_threads)
+            self.carry = make_carry(self.spec.selector, payload, self.spec.num_envs, self.env_spec.obs_dim)
         elif self.policy.version != payload.version:
             self.policy.update(payload)
 
@@ -132,9 +134,14 @@ def rollout(state: ActorState, payload, task_index: int, num_steps: int,
         obs = state.obs
         last = state.obs_terminated | state.obs_truncated
         t0 = time.perf_counter()
-        out = state.policy(obs.reshape(e, -1).astype(np.float32, copy=False))
+        x = obs.reshape(e, -1).astype(np.float32, copy=False)
+        if state.carry is None:
+            out, carried = state.policy(x), {}
+        else:  # recurrent: [obs, state] -> [out, state'], zeroed at episode starts; state stored as extras
+            out, carried = state.carry(state.policy, x, state.step == 0)
         infer_s += time.perf_counter() - t0
         action, extra = state.select(out, explore, rng, state.env_spec)
+        extra = {**extra, **carried} if carried else extra
         if act_buf is None:
             act_buf = np.zeros((t,) + action.shape, action.dtype)
             extras = {k: np.zeros((t,) + v.shape, v.dtype) for k, v in extra.items()}

@@ -14,6 +14,7 @@ AGENTS: Dict[str, Tuple[str, str]] = {
     "bc": ("core.agents.bc.config:BCConfig", "core.agents.bc.builder:BCBuilder"),
     "vtrace": ("core.agents.vtrace.config:VTraceConfig", "core.agents.vtrace.builder:VTraceBuilder"),
     "d4pg": ("core.agents.d4pg.config:D4PGConfig", "core.agents.d4pg.builder:D4PGBuilder"),
+    "r2d2": ("core.agents.r2d2.config:R2D2Config", "core.agents.r2d2.builder:R2D2Builder"),
 }
 
 

@@ -1,0 +1,39 @@
+"""R2D2Builder: wires the recurrent learner, prioritized sequence replay and ladder actors.
+
+Actors run the selector ``recurrent_epsilon_greedy`` (:mod:`core.exploration`):
+the LiteRT step model ``[obs, h, c] -> [q, h', c']`` with the state carried by
+:class:`core.agents.r2d2.actor.LSTMCarry` (stored as ``extras/lstm_h``,
+``extras/lstm_c``), then epsilon-greedy on ``q`` with the actor's rung of the
+Ape-X ladder. This is local inference (option "actors carry the state"), so
+it runs unchanged on the local, Dask and Beam executors; central (SEED)
+inference keeps no recurrent state yet and is rejected for r2d2.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+from core.agents.base import AgentBuilder
+from core.agents.r2d2.actor import ladder_epsilon
+
+
+class R2D2Builder(AgentBuilder):
+    action_selector = "recurrent_epsilon_greedy"
+
+    def make_learner(self, spec, agent_cfg, seed: int):
+        from core.agents.r2d2.learning import R2D2Learner
+        return R2D2Learner(spec, agent_cfg, seed=seed)
+
+    def make_sampler(self, cache, agent_cfg):
+        from core.agents.r2d2.sampler import PrioritizedSequenceSampler
+        return PrioritizedSequenceSampler(cache, length=agent_cfg.sequence_length, burn_in=agent_cfg.burn_in,
+                                          alpha=agent_cfg.priority_exponent, beta=agent_cfg.importance_exponent)
+
+    def exploration(self, agent_cfg, env_steps: int, actor_id: int) -> Dict[str, float]:
+        e = agent_cfg.epsilon
+        return {"epsilon": ladder_epsilon(actor_id, e.num_actors, e.base, e.alpha)}
+
+    def check_env(self, spec) -> None:
+        from core.config import ConfigError
+        if not spec.discrete:
+            raise ConfigError(f"agent 'r2d2' needs a discrete action space; {spec.env_id} has continuous "
+                              f"actions (use a continuous-control agent)")

@@ -1,0 +1,74 @@
+"""R2D2 hyperparameters (the ``agent:`` section when ``algo: r2d2``).
+
+Defaults follow R2D2 (Kapturowski et al. 2019) where they transfer to small
+control tasks (eta 0.9, priority exponent 0.9, IS exponent 0.6, value
+rescaling eps 1e-3, Ape-X epsilon ladder eps=0.4, alpha=7) and are scaled
+down elsewhere (a 64-unit LSTM, sequences of 40 with a burn-in of 10,
+n = 5, gamma = 0.99, Adam 1e-3, target update every 200 learner steps).
+
+Replay ratio note: one learner step trains on ``batch_size`` sequences of
+``sequence_length - burn_in`` learning rows, so ``learner.replay_ratio``
+(learner steps per env step) of ``1/32`` replays each transition about
+``32 * 30 / 32 = 30`` / ... times; see configs/pomdp-cartpole-r2d2.yaml.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Literal
+
+
+@dataclasses.dataclass
+class EpsilonLadderConfig:
+    """Ape-X ladder: actor ``i`` of ``num_actors`` acts with ``base^(1 + alpha i / (num_actors - 1))``.
+
+    ``num_actors`` should equal ``actors.num_actors``; actor ids beyond it wrap around.
+    """
+    base: float = 0.4
+    alpha: float = 7.0
+    num_actors: int = 4
+
+
+@dataclasses.dataclass
+class R2D2Config:
+    algo: Literal["r2d2"] = "r2d2"
+    torso: List[int] = dataclasses.field(default_factory=lambda: [64])   # obs MLP before the LSTM
+    lstm_size: int = 64
+    head: List[int] = dataclasses.field(default_factory=lambda: [64])    # MLP between LSTM and Q
+    gamma: float = 0.99
+    n_step: int = 5
+    sequence_length: int = 40          # rows per replayed sequence, burn-in included
+    burn_in: int = 10                  # leading rows that only warm up the stored state
+    value_rescaling_eps: float = 1e-3  # eps in h(x) = sign(x)(sqrt(|x|+1)-1) + eps x
+    learning_rate: float = 1e-3
+    adam_eps: float = 1e-3             # R2D2 uses a large Adam epsilon for stability
+    batch_size: int = 32               # sequences per learner step
+    target_update_period: int = 200    # learner steps between hard target updates
+    max_grad_norm: float = 40.0
+    priority_eta: float = 0.9          # p = eta max|delta| + (1 - eta) mean|delta|
+    priority_exponent: float = 0.9     # alpha in P(i) ~ p_i^alpha
+    importance_exponent: float = 0.6   # beta in w_i = (N P(i))^-beta
+    epsilon: EpsilonLadderConfig = dataclasses.field(default_factory=EpsilonLadderConfig)
+
+
+#: key -> (predicate, valid range), checked by core.config.validate
+RANGES = {
+    "torso": (lambda v: all(h >= 1 for h in v), "list of widths >= 1 (may be empty)"),
+    "lstm_size": (lambda v: 1 <= v <= 4096, "1..4096"),
+    "head": (lambda v: all(h >= 1 for h in v), "list of widths >= 1 (may be empty)"),
+    "gamma": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "n_step": (lambda v: 1 <= v <= 100, "1..100"),
+    "sequence_length": (lambda v: 2 <= v <= 1000, "2..1000"),
+    "burn_in": (lambda v: v >= 0, ">= 0 and < sequence_length - 1"),
+    "value_rescaling_eps": (lambda v: 0.0 < v < 1.0, "0 < eps < 1"),
+    "learning_rate": (lambda v: 0.0 < v < 1.0, "0 < lr < 1"),
+    "adam_eps": (lambda v: v > 0.0, "> 0"),
+    "batch_size": (lambda v: v >= 1, ">= 1"),
+    "target_update_period": (lambda v: v >= 1, ">= 1"),
+    "max_grad_norm": (lambda v: v > 0.0, "> 0"),
+    "priority_eta": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "priority_exponent": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "importance_exponent": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "epsilon.base": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "epsilon.alpha": (lambda v: v >= 0.0, ">= 0"),
+    "epsilon.num_actors": (lambda v: v >= 1, ">= 1"),
+}

@@ -1,0 +1,286 @@
+"""R2D2: value rescaling, priorities, epsilon ladder, n-step double-Q targets, burn-in, state, learning.
+
+Budgets (2-core CI machine): the unit tests take seconds; the learning
+regression on pomdp:CartPole-v1 is bounded (see its docstring).
+"""
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "replay"))
+
+from core.agents.r2d2.actor import LSTMCarry, ladder_epsilon  # noqa: E402
+from core.agents.r2d2.losses import (inverse_value_rescale, nstep_indices, sequence_priorities,  # noqa: E402
+                                     value_rescale)
+
+
+# -- value rescaling -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x, hx", [
+    (0.0, 0.0),
+    (3.0, 1.003),          # sqrt(4) - 1 + 0.003
+    (-8.0, -2.008),        # -(sqrt(9) - 1) - 0.008
+    (99.0, 9.099),         # sqrt(100) - 1 + 0.099
+    (4.0, math.sqrt(5) - 1 + 0.004),
+])
+def test_value_rescaling_exact_values(x, hx):
+    assert value_rescale(x, 1e-3) == pytest.approx(hx, abs=1e-12)
+    assert inverse_value_rescale(hx, 1e-3) == pytest.approx(x, abs=1e-9)
+
+
+def test_inverse_value_rescaling_exact_values_and_round_trip():
+    # h^-1(2): the x with sqrt(x+1) - 1 + 0.001 x = 2 (checked by substitution below).
+    x = inverse_value_rescale(2.0, 1e-3)
+    assert x == pytest.approx(7.952349144987128, abs=1e-12)
+    assert math.sqrt(x + 1) - 1 + 1e-3 * x == pytest.approx(2.0, abs=1e-12)
+    xs = np.concatenate([np.linspace(-1e4, 1e4, 2001), np.linspace(-3, 3, 601), [0.0, 1e6, -1e6]])
+    for eps in (1e-3, 1e-2):
+        np.testing.assert_allclose(inverse_value_rescale(value_rescale(xs, eps), eps), xs, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(value_rescale(inverse_value_rescale(xs, eps), eps), xs, rtol=1e-9, atol=1e-9)
+
+
+def test_value_rescaling_tf_matches_numpy():
+    import tensorflow as tf
+    xs = np.linspace(-500, 500, 101)
+    np.testing.assert_allclose(value_rescale(tf.constant(xs)).numpy(), value_rescale(xs), rtol=1e-12)
+    np.testing.assert_allclose(inverse_value_rescale(tf.constant(xs)).numpy(), inverse_value_rescale(xs),
+                               rtol=1e-12)
+
+
+# -- priorities and exploration -------------------------------------------------------------------------
+
+def test_sequence_priority_is_eta_max_plus_one_minus_eta_mean_over_valid_steps():
+    td = np.array([[1.0, -2.0, 3.0, 100.0],     # last step invalid: ignored
+                   [0.5, 0.5, 0.5, 0.5]])
+    valid = np.array([[True, True, True, False], [True, True, True, True]])
+    p = sequence_priorities(td, valid, eta=0.9)
+    assert p[0] == pytest.approx(0.9 * 3.0 + 0.1 * 2.0)        # 2.9
+    assert p[1] == pytest.approx(0.5)
+    assert sequence_priorities(td, valid, eta=0.0)[0] == pytest.approx(2.0)   # mean only
+
+
+def test_ape_x_epsilon_ladder_exact_values():
+    eps = [ladder_epsilon(i, 4, 0.4, 7.0) for i in range(4)]
+    np.testing.assert_allclose(eps, [0.4, 0.4 ** (10 / 3), 0.4 ** (17 / 3), 0.4 ** 8], rtol=1e-12)
+    np.testing.assert_allclose(eps, [0.4, 0.0471556, 0.0055591, 0.00065536], rtol=1e-5)
+    assert ladder_epsilon(0, 1) == 0.4                       # one actor: eps itself
+    assert ladder_epsilon(5, 4) == ladder_epsilon(1, 4)     # ids beyond N wrap around
+    from core.agents.r2d2.builder import R2D2Builder
+    from core.agents.r2d2.config import R2D2Config
+    assert R2D2Builder().exploration(R2D2Config(), 12345, 3) == {"epsilon": pytest.approx(0.4 ** 8)}
+
+
+# -- n-step double-Q targets ----------------------------------------------------------------------------
+
+def _hand_batch():
+    """Three sequences of L = 6 rows, burn-in 1, n = 3, gamma = 0.5.
+
+    seq 0: rows 0-3 are one episode, row 3 *terminated* (last), rows 4-5 padding (mask False).
+    seq 1: six rows inside one episode, reward 1 each (window end limits n).
+    seq 2: like seq 0 but row 3 is *truncated*: bootstraps from its final observation.
+    """
+    reward = np.array([[1, 2, 4, 0, 0, 0], [1, 1, 1, 1, 1, 1], [1, 2, 4, 0, 0, 0]], np.float32)
+    last = np.zeros((3, 6), bool)
+    last[0, 3:] = last[2, 3:] = True
+    discount = np.ones((3, 6), np.float32)
+    discount[0, 3:] = 0.0
+    mask = np.ones((3, 6), bool)
+    mask[0, 4:] = mask[2, 4:] = False
+    return reward, discount, last, mask
+
+
+def test_nstep_indices_by_hand_with_a_terminal_inside():
+    reward, discount, last, mask = _hand_batch()
+    ret, boot, disc, valid = nstep_indices(reward, discount, last, mask, n=3, gamma=0.5, burn_in=1)
+    np.testing.assert_array_equal(valid, [[0, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]])
+    # seq 0: t=1: r1 + g r2 = 2 + 2 = 4, stops at the terminated row 3 (k=2): D = 0.25 * 0 = 0
+    #        t=2: r2 = 4 (k=1), D = 0
+    np.testing.assert_allclose(ret[0, 1:3], [4.0, 4.0])
+    np.testing.assert_array_equal(boot[0, 1:3], [3, 3])
+    np.testing.assert_allclose(disc[0, 1:3], [0.0, 0.0])
+    # seq 1: t=1: 1 + .5 + .25 = 1.75 -> row 4, D = .125; t=2: 1.75 -> row 5, D = .125;
+    #        t=3: window end after 2 steps: 1.5 -> row 5, D = .25; t=4: 1 -> row 5, D = .5
+    np.testing.assert_allclose(ret[1, 1:5], [1.75, 1.75, 1.5, 1.0])
+    np.testing.assert_array_equal(boot[1, 1:5], [4, 5, 5, 5])
+    np.testing.assert_allclose(disc[1, 1:5], [0.125, 0.125, 0.25, 0.5])
+    # seq 2: truncated, not terminated: same returns, D = g^k
+    np.testing.assert_allclose(ret[2, 1:3], [4.0, 4.0])
+    np.testing.assert_allclose(disc[2, 1:3], [0.25, 0.5])
+
+
+def test_double_q_targets_on_rescaled_values_by_hand():
+    import tensorflow as tf
+    from core.agents.r2d2.losses import double_q_targets
+    reward, discount, last, mask = _hand_batch()
+    ret, boot, disc, valid = nstep_indices(reward, discount, last, mask, n=3, gamma=0.5, burn_in=1)
+    q_online = np.zeros((3, 6, 2), np.float32)
+    q_target = np.zeros((3, 6, 2), np.float32)
+    q_online[1, 4], q_target[1, 4] = [0.0, 1.0], [5.0, 2.0]   # online picks a=1: bootstrap 2, not max 5
+    q_online[1, 5], q_target[1, 5] = [3.0, 0.0], [1.0, 7.0]   # online picks a=0: bootstrap 1, not max 7
+    q_online[2, 3], q_target[2, 3] = [0.0, 1.0], [9.0, 2.0]   # truncated row: bootstrap 2
+    y = double_q_targets(tf.constant(q_online), tf.constant(q_target), ret, boot, disc, 1e-3).numpy()
+    # h^-1(1) = 2.988056701675916, h^-1(2) = 7.952349144987128 (eps = 1e-3)
+    expected = {
+        (0, 1): math.sqrt(5) - 1 + 0.004,                       # h(4): terminated, no bootstrap
+        (0, 2): math.sqrt(5) - 1 + 0.004,
+        (1, 1): 0.9376971808336321,      # h(1.75 + 0.125 h^-1(2))
+        (1, 2): 0.7694681502485983,      # h(1.75 + 0.125 h^-1(1))
+        (1, 3): 0.8041943428781697,      # h(1.5 + 0.25 h^-1(1))
+        (1, 4): 0.8717260500212239,      # h(1 + 0.5 h^-1(1))
+        (2, 1): value_rescale(4.0 + 0.25 * 7.952349144987128),
+        (2, 2): 1.4495977347518119 + value_rescale(4.0 + 0.5 * 7.952349144987128) - 1.4495977347518119,
+    }
+    for (b, t), v in expected.items():
+        assert y[b, t] == pytest.approx(v, abs=1e-5), (b, t)
+
+
+# -- burn-in and recurrent state -----------------------------------------------------------------------
+
+def _spec():
+    from core.envs import env_spec
+    return env_spec("pomdp:CartPole-v1")
+
+
+def _cfg(**kw):
+    from core.agents.r2d2.config import R2D2Config
+    base = dict(torso=[16], lstm_size=8, head=[16], sequence_length=8, burn_in=3, n_step=2, batch_size=4)
+    base.update(kw)
+    return R2D2Config(**base)
+
+
+def test_burn_in_rows_receive_no_gradient_and_are_masked_out_of_the_loss():
+    import tensorflow as tf
+    from core.agents.r2d2.networks import recurrent_q_network, unroll
+    net = recurrent_q_network(2, 2, [16], 8, [16], seed=1)
+    rng = np.random.default_rng(0)
+    obs = tf.Variable(rng.standard_normal((4, 8, 2)).astype(np.float32))
+    h0 = tf.Variable(rng.standard_normal((4, 8)).astype(np.float32))
+    c0 = tf.Variable(rng.standard_normal((4, 8)).astype(np.float32))
+    with tf.GradientTape() as tape:
+        q = unroll(net, obs, h0, c0, 2, burn_in=3)
+        loss = tf.reduce_sum(tf.square(q))                # even a loss on every row
+    g_obs, g_h, g_c = tape.gradient(loss, [obs, h0, c0])
+    assert g_h is None or not np.any(g_h.numpy()) and not np.any(g_c.numpy())
+    g = np.abs(g_obs.numpy()).sum(axis=(0, 2))
+    assert np.all(g[:3] == 0.0) and np.all(g[3:] > 0.0), g
+    # and the learning rows start after burn-in
+    reward = np.ones((1, 8), np.float32)
+    _, _, _, valid = nstep_indices(reward, np.ones((1, 8), np.float32), np.zeros((1, 8), bool),
+                                   np.ones((1, 8), bool), n=2, gamma=0.9, burn_in=3)
+    np.testing.assert_array_equal(valid[0], [0, 0, 0, 1, 1, 1, 1, 0])
+
+
+def _rollout(payload, steps=60, num_envs=3):
+    from core.rollout import ActorSpec, run_rollout_task
+    spec = ActorSpec("r2d2-test", "pomdp:CartPole-v1", num_envs, 0, 0, selector="recurrent_epsilon_greedy")
+    return run_rollout_task(spec, payload, 0, steps, {"epsilon": 0.5}).batch
+
+
+def test_actor_carries_state_stores_it_and_learner_unroll_reproduces_it():
+    """State round trip: actor (LiteRT, fp32) -> replay extras -> learner unroll from the stored state."""
+    import tensorflow as tf
+    from core.agents.r2d2.learning import R2D2Learner
+    from core.agents.r2d2.networks import step
+    from core.quantize import PolicyQuantizer
+    learner = R2D2Learner(_spec(), _cfg(), seed=0)
+    payload = PolicyQuantizer("fp32").quantize(learner.policy_model, version=1)
+    batch = _rollout(payload)
+    h, c = batch.extras["lstm_h"], batch.extras["lstm_c"]          # [T, E, H]
+    assert h.shape == (60, 3, 8) and c.shape == (60, 3, 8)
+    first = batch.step == 0
+    assert first[1:].any()                                         # episodes restarted inside the rollout
+    assert not np.any(h[first]) and not np.any(c[first])           # zeroed at every episode start
+    # From each row's stored state, one learner step on its observation gives the next row's stored state.
+    t_obs = tf.constant(batch.observation[:-1].reshape(-1, 2))
+    _, h1, c1 = step(learner.q, t_obs, tf.constant(h[:-1].reshape(-1, 8)), tf.constant(c[:-1].reshape(-1, 8)), 2)
+    cont = ~first[1:].reshape(-1)
+    np.testing.assert_allclose(h1.numpy()[cont], h[1:].reshape(-1, 8)[cont], atol=1e-5)
+    np.testing.assert_allclose(c1.numpy()[cont], c[1:].reshape(-1, 8)[cont], atol=1e-5)
+    assert np.abs(h[~first]).max() > 1e-3                          # a state that actually carries
+
+
+def test_learner_step_priorities_and_checkpoint_round_trip():
+    from core.agents.r2d2.learning import R2D2Learner
+    from core.quantize import PolicyQuantizer
+    cfg = _cfg()
+    learner = R2D2Learner(_spec(), cfg, seed=0)
+    batch = _rollout(PolicyQuantizer("fp32").quantize(learner.policy_model, version=1), steps=40, num_envs=4)
+    seq = {k: np.swapaxes(v, 0, 1)[:, :8] for k, v in
+           [("observation", batch.observation), ("action", batch.action), ("reward", batch.reward),
+            ("discount", batch.discount), ("terminated", batch.terminated), ("truncated", batch.truncated),
+            ("extras/lstm_h", batch.extras["lstm_h"]), ("extras/lstm_c", batch.extras["lstm_c"])]}
+    seq["mask"] = np.ones((4, 8), bool)
+    seq["weight"] = np.ones(4, np.float32)
+    m = learner.step(seq)
+    assert m["td_abs"].shape == (4,) and np.all(m["td_abs"] >= 0) and np.isfinite(m["loss"])
+    other = R2D2Learner(_spec(), cfg, seed=5)
+    other.restore(learner.state())
+    x = np.random.default_rng(1).standard_normal((5, 2 + 16)).astype(np.float32)
+    np.testing.assert_allclose(other.q(x).numpy(), learner.q(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(other.target(x).numpy(), learner.target(x).numpy(), rtol=1e-6)
+    assert other.steps == learner.steps == 1
+
+
+def test_carry_sizes_from_payload_and_rejects_feed_forward_payloads():
+    from types import SimpleNamespace
+    carry = LSTMCarry.for_payload(SimpleNamespace(input_dim=2 + 128, output_dim=2 + 128), 3, 2)
+    assert (carry.num_actions, carry.lstm_size) == (2, 64)
+    with pytest.raises(ValueError, match="not a recurrent"):
+        LSTMCarry.for_payload(SimpleNamespace(input_dim=4, output_dim=2), 3, 4)
+
+
+# -- prioritized sequence replay -------------------------------------------------------------------------
+
+def test_prioritized_sequences_follow_priorities_with_importance_weights(tmp_path):
+    from replay_fakes import batch_from_rows, episode_rows
+    from core.agents.r2d2.sampler import PrioritizedSequenceSampler
+    from core.replay import ReplayCache, ReplayStore
+    store = ReplayStore.open_or_create(str(tmp_path / "r"))
+    store.commit([store.write_shard("a", [batch_from_rows(episode_rows(1, range(6), [1] * 6, "terminated"))]).id])
+    cache = ReplayCache(store)
+    cache.refresh()
+    sampler = PrioritizedSequenceSampler(cache, length=3, burn_in=1, alpha=1.0, beta=1.0)
+    rng = np.random.default_rng(0)
+    batch = sampler.sample(400, rng)
+    starts = batch["observation"][:, 0, 0].astype(int) % 100
+    assert set(starts) == {0, 1, 2, 3}          # steps 4 (no learning row after burn-in) and 5 (last) never start
+    # priorities 1, 1, 1, 5 for starts 0..3 -> P = 1/8, 1/8, 1/8, 5/8; w = (N P)^-1 / max = (0.5^-1, ..., 2.5^-1) / 2
+    first = {int(s): int(i) for s, i in zip(starts, batch["index"][:, 0])}
+    sampler.update_priorities(np.array([[first[3], -1, -1]]), np.array([5.0]))
+    batch = sampler.sample(4000, rng)
+    starts = batch["observation"][:, 0, 0].astype(int) % 100
+    assert np.mean(starts == 3) == pytest.approx(5 / 8, abs=0.01)
+    np.testing.assert_allclose(batch["weight"][starts == 3], 0.2, rtol=1e-5)
+    np.testing.assert_allclose(batch["weight"][starts == 0], 1.0, rtol=1e-5)
+
+
+# -- config, registry ------------------------------------------------------------------------------------
+
+def test_config_loads_registered_and_rejects_bad_values():
+    from core.config import ConfigError, load_config
+    cfg = load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"))
+    assert cfg.agent.algo == "r2d2" and cfg.agent.epsilon.num_actors == cfg.actors.num_actors
+    with pytest.raises(ConfigError, match="config key 'agent.priority_eta' = 1.5 is out of range; valid: 0..1"):
+        load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"), ["agent.priority_eta=1.5"])
+    with pytest.raises(ConfigError, match="agent 'r2d2' needs a discrete action space"):
+        load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"), ["env.id=Pendulum-v1"])
+
+
+def test_pomdp_cartpole_hides_velocities():
+    from core.envs import EnvError, check_env_id, make_env
+    import gymnasium
+    env, full = make_env("pomdp:CartPole-v1"), gymnasium.make("CartPole-v1")
+    obs, _ = env.reset(seed=3)
+    state, _ = full.reset(seed=3)
+    np.testing.assert_array_equal(obs, state[[0, 2]])
+    for _ in range(5):
+        obs, r, *_ = env.step(1)
+        state, r_full, *_ = full.step(1)
+        np.testing.assert_array_equal(obs, state[[0, 2]])
+        assert r == r_full == 1.0
+    assert env.observation_space.shape == (2,)
+    with pytest.raises(EnvError, match="unknown POMDP env id 'pomdp:Acrobot-v1'; valid: pomdp:CartPole-v1"):
+        check_env_id("pomdp:Acrobot-v1")
