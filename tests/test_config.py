@@ -33,7 +33,7 @@ def test_overrides_parse_yaml_scalars():
      "batch_size, target_update_period, huber_delta, max_grad_norm, prioritized, epsilon"),
     ({"agent": {"n_step": "three"}}, "config key 'agent.n_step' must be an integer, got 'three'"),
     ({"agent": {"gamma": 1.5}}, "config key 'agent.gamma' = 1.5 is out of range; valid: 0..1"),
-    ({"agent": {"algo": "ppo"}}, "config key 'agent.algo' = 'ppo' is not valid; valid: dqn, bc, vtrace, d4pg"),
+    ({"agent": {"algo": "ppo"}}, "config key 'agent.algo' = 'ppo' is not valid; valid: dqn, bc, vtrace, d4pg, r2d2"),
     ({"actors": {"precision": "int4"}},
      "config key 'actors.precision' = 'int4' is not valid; valid: fp32, fp16, int8-dynamic, int8-full"),
     ({"executor": "spark"}, "config key 'executor' = 'spark' is not valid; valid: local, dask, beam"),
