@@ -7,9 +7,13 @@ down elsewhere (a 64-unit LSTM, sequences of 40 with a burn-in of 10,
 n = 5, gamma = 0.99, Adam 1e-3, target update every 200 learner steps).
 
 Replay ratio note: one learner step trains on ``batch_size`` sequences of
-``sequence_length - burn_in`` learning rows, so ``learner.replay_ratio``
-(learner steps per env step) of ``1/32`` replays each transition about
-``32 * 30 / 32 = 30`` / ... times; see configs/pomdp-cartpole-r2d2.yaml.
+up to ``sequence_length - burn_in`` learning rows, so a ``learner.replay_ratio``
+(learner steps per env step) of 0.03 trains on about ``0.03 * 32 * 30 = 29``
+rows per env step, like DQN's ``0.5 * 64 = 32`` (configs/pomdp-cartpole-r2d2.yaml).
+
+The ladder needs the number of actors, which the builder's
+``exploration(agent_cfg, env_steps, actor_id)`` does not see: set
+``epsilon.num_actors`` to ``actors.num_actors``.
 """
 from __future__ import annotations
 
