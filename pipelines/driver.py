@@ -188,7 +188,10 @@ class Trainer:
         self.payload_ref = self.executor.broadcast(payload)
         self.loop.policy_version = payload.version
         self.version_time[payload.version] = time.time()
-        for v in [v for v in self.version_params if v < payload.version - 8 and v != self.loop.best_version]:
+        # Keep the params of versions still being evaluated: a slow evaluation (dm_control) may end
+        # after more than 8 newer versions, and its version must still be savable as the best one.
+        keep = {self.loop.best_version} | getattr(self, "eval_versions", set())
+        for v in [v for v in self.version_params if v < payload.version - 8 and v not in keep]:
             del self.version_params[v]
         self.log.write("broadcast", step=self.learner.steps, version=payload.version,
                        payload_bytes=payload.nbytes, convert_seconds=payload.convert_seconds,
@@ -329,6 +332,7 @@ class Trainer:
             if self.loop.env_steps >= next_eval and self.learner.steps > 0:
                 next_eval += cfg.eval.every_env_steps
                 self.n_evals += 1
+                self.eval_versions = getattr(self, "eval_versions", set()) | {self.loop.policy_version}
                 evals.append(self.executor.submit(
                     stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
                     cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
@@ -385,6 +389,7 @@ class Trainer:
         """
         cfg = self.cfg
         score = result["confirmed_mean"] if result["confirmed_mean"] is not None else result["mean"]
+        getattr(self, "eval_versions", set()).discard(result["version"])
         self.log.write("eval", step=self.loop.env_steps, version=result["version"], mean=result["mean"],
                        std=result["std"], min=result["min"], confirmed_mean=result["confirmed_mean"],
                        wall_s=time.time() - _process_start())
