@@ -225,7 +225,7 @@ def plot_returns(task: str, runs: Sequence[Run], path: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, x, label in ((axes[0], "wall_s", "wall-clock seconds (from process start)"), (axes[1], "step", "env steps")):
         for p, (grid, mean, lo, hi) in sorted(curves(runs, x).items()):
-            line, = ax.plot(grid, mean, label=p)
+            line, = ax.plot(grid, mean, label=p, marker="o", markersize=2, markevery=max(1, len(grid) // 20))
             ax.fill_between(grid, lo, hi, alpha=0.2, color=line.get_color())
         ax.axhline(runs[0].config["eval"]["target_return"], color="gray", ls="--", lw=1, label="target")
         ax.set_xlabel(label)
@@ -250,7 +250,7 @@ def plot_bars(rows: Sequence[Dict[str, Any]], key: str, title: str, path: str) -
     ax.bar(range(len(rows)), values, color=["C1" if v >= 1.5 else "C0" for v in values])
     ax.axhline(1.0, color="black", lw=1)
     ax.axhline(1.5, color="gray", ls="--", lw=1, label="1.5x goal")
-    ax.set_xticks(range(len(rows)), labels, fontsize=8)
+    ax.set_xticks(range(len(rows)), labels, fontsize=7, rotation=15)
     ax.set_ylabel(f"{title} (fp32 / precision)")
     ax.set_title(title + "; 0 = not reached / not measured")
     ax.legend()
