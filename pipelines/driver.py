@@ -219,7 +219,7 @@ class Trainer:
         self._new_version(blocking=True)
         start = time.time()
         in_flight: Dict[Any, int] = {}
-        pending: List[Any] = []          # finished rollout futures not yet in a shard
+        pending: List[Any] = []          # finished rollout results not yet in a shard
         pending_rows = 0
         pending_bytes = 0
         writes: deque = deque()          # (shard_id, future) in submission order
@@ -267,16 +267,21 @@ class Trainer:
             done = self.executor.wait(list(in_flight), timeout=0 if can_learn else 0.05)
             for fut in done:
                 a = in_flight.pop(fut)
-                stats = fut.result().stats
+                # Materialize the result now and drop the future: if its worker dies later, Dask
+                # would otherwise *recompute* this stateful rollout on a rebuilt actor, and the
+                # shard could mix two actor histories (duplicate episode rows). Retried in-flight
+                # tasks are fine: their first completed result is the only one ever used.
+                result = fut.result()
+                stats = result.stats
                 self.loop.env_steps += stats.env_steps
                 self.loop.episodes += len(stats.episode_returns)
                 recent_returns.extend(stats.episode_returns)
                 self.worker_stats.add(stats)
                 lags.append((self.loop.policy_version - stats.policy_version,
                              time.time() - self.version_time.get(stats.policy_version, time.time())))
-                pending.append(fut)
+                pending.append(result)
                 pending_rows += stats.env_steps
-                pending_bytes += fut.result().batch.nbytes
+                pending_bytes += result.batch.nbytes
                 idle.append(a)
                 if bar is not None:
                     bar.update(stats.env_steps)

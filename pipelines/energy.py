@@ -35,15 +35,19 @@ def start_run_tracker(cfg, run_dir: str, executor) -> Optional[Any]:
     return tracker.start()
 
 
+#: Summary keys every run reports (values None when tracking is off or failed).
+ENERGY_KEYS = ("energy_kwh", "co2e_kg", "energy_source", "carbon_backend", "carbon_pue", "energy_process_time_kwh")
+
+
 def stop_run_tracker(tracker) -> Dict[str, Any]:
-    """Stop ``tracker`` (writes carbon.json) and return the summary fields (empty if None)."""
+    """Stop ``tracker`` (writes carbon.json) and return the summary fields (all None if tracking is off)."""
     if tracker is None:
-        return {}
+        return {**dict.fromkeys(ENERGY_KEYS), "energy_source": "off (carbon.backend: off)"}
     try:
         report = tracker.stop()
     except Exception as e:  # accounting must never fail a finished run
         log.warning("energy tracking failed at stop: %s: %s", type(e).__name__, e)
-        return {"energy_kwh": None, "co2e_kg": None, "energy_source": f"failed: {type(e).__name__}: {e}"}
+        return {**dict.fromkeys(ENERGY_KEYS), "energy_source": f"failed: {type(e).__name__}: {e}"}
     return {"energy_kwh": report.energy_kwh, "co2e_kg": report.co2e_kg, "energy_source": report.source,
             "carbon_backend": report.backend, "carbon_pue": report.pue,
             "energy_process_time_kwh": report.process_time_kwh}

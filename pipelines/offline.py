@@ -121,6 +121,8 @@ def train_offline(cfg, run_dir: str, store_url: str, progress: bool = True) -> D
     log = MetricsLogger(run_dir)
     log.write("config", step=0, config=config_lib.to_dict(cfg), offline_dataset=store.url,
               dataset_version=snap.version, dataset_rows=snap.num_rows)
+    from pipelines.energy import start_run_tracker, stop_run_tracker
+    energy = start_run_tracker(cfg, run_dir, None)     # this process: no actors in offline training
     cache = ReplayCache(store, max_transitions=max(snap.num_rows, 1))
     cache.refresh()
     steps = max(1, int(cfg.total_env_steps * cfg.learner.replay_ratio))
@@ -144,6 +146,7 @@ def train_offline(cfg, run_dir: str, store_url: str, progress: bool = True) -> D
     wall = time.time() - start
     summary = build_summary(cfg, run_dir, loop, learner.steps, wall, 0, [], final, snap.version)
     summary.update(executor="offline", offline_dataset=store.url, dataset_rows=snap.num_rows)
+    summary.update(stop_run_tracker(energy))
     write_summary(run_dir, log, summary)
     best_ckpt.close()
     ckpt.close()

@@ -355,6 +355,8 @@ class RoundLauncher:
         from pipelines.summary import WorkerStats
         self._setup()
         cfg = self.cfg
+        from pipelines.energy import start_run_tracker
+        self.energy = start_run_tracker(cfg, self.run_dir, None)   # launcher + DirectRunner worker processes
         start = time.time()
         round_steps = cfg.actors.num_actors * cfg.env.num_envs * cfg.actors.steps_per_task
         every = cfg.eval.every_env_steps
@@ -451,6 +453,8 @@ class RoundLauncher:
                                              self.loop.policy_version, stage.calibration_obs())
         summary = summary_lib.build_summary(cfg, self.run_dir, self.loop, stage.learner.steps, wall,
                                             payload.nbytes, lags, final, stage.store.latest_version())
+        from pipelines.energy import stop_run_tracker
+        summary.update(stop_run_tracker(self.energy))
         summary_lib.write_summary(self.run_dir, self.log, summary)
         stage.close()
         self.log.close()
