@@ -186,6 +186,10 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         return _build(tp, value, key + ".")
     if origin is Literal:
         choices = typing.get_args(tp)
+        if isinstance(value, bool) and all(isinstance(c, str) for c in choices):
+            # YAML 1.1 reads off/on/yes/no as booleans: map back to the spelled choice.
+            spelled = [w for w in (("on", "yes", "true") if value else ("off", "no", "false")) if w in choices]
+            value = spelled[0] if spelled else value
         if value not in choices:
             raise ConfigError(f"config key '{key}' = {value!r} is not valid; valid: {', '.join(map(str, choices))}")
         return value

@@ -54,7 +54,7 @@ class BroadcastQualityProbe:
     def submit(self, payload, params, policy_model, sampler=None, cache=None) -> None:
         """Score ``payload`` in the background (skipped while a previous one is still running)."""
         import concurrent.futures
-        if params is None or not self._ensure_probe(sampler, cache):
+        if params is None or not self._ensure_probe(sampler, cache, payload.input_dim):
             return
         if getattr(self, "_pool", None) is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quality")
@@ -81,19 +81,31 @@ class BroadcastQualityProbe:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def _ensure_probe(self, sampler, cache) -> bool:
+    def _ensure_probe(self, sampler, cache, input_dim: Optional[int] = None) -> bool:
+        """Fix the probe: ``size`` random committed rows of the cache (any sampler kind).
+
+        Rows come straight from the cache, so sequence samplers (V-trace,
+        R2D2) probe single steps too. A recurrent policy (input ``[obs, h, c]``,
+        see ``core.agents.r2d2.actor.LSTMCarry``) is probed at the recurrent
+        state its actor stored with each row (``extras/lstm_h``, ``extras/lstm_c``).
+        """
         if self.probe is None and cache is not None and cache.size >= self.size:
-            try:
-                obs = sampler.sample(self.size, np.random.default_rng([self.seed, 4242]))["observation"]
-            except Exception:  # nothing sampleable yet (episodes still open)
-                return False
-            self.probe = np.ascontiguousarray(obs.reshape(len(obs), -1), np.float32)
+            alive = np.flatnonzero(cache.alive)
+            rows = np.sort(np.random.default_rng([self.seed, 4242]).choice(alive, self.size, replace=False))
+            parts = [cache.data["observation"][rows].reshape(self.size, -1)]
+            if input_dim is not None and input_dim != parts[0].shape[1]:
+                state = [f for f in ("extras/lstm_h", "extras/lstm_c") if f in cache.data]
+                parts += [cache.data[f][rows].reshape(self.size, -1) for f in state]
+            probe = np.ascontiguousarray(np.concatenate(parts, axis=1), np.float32)
+            if input_dim is not None and probe.shape[1] != input_dim:
+                return False   # a policy input this probe cannot build: no quality metrics
+            self.probe = probe
         return self.probe is not None
 
     def measure(self, payload, params: Optional[Dict[str, np.ndarray]], policy_model, sampler=None,
                 cache=None) -> Dict[str, Any]:
         """Quality metrics for ``payload`` (empty dict until the probe batch exists)."""
-        if params is None or not self._ensure_probe(sampler, cache):
+        if params is None or not self._ensure_probe(sampler, cache, payload.input_dim):
             return {}
         import keras
         from core.policy import LiteRTPolicy
@@ -101,7 +113,7 @@ class BroadcastQualityProbe:
         t0 = time.perf_counter()
         if self._clone is None:
             self._clone = keras.models.clone_model(policy_model)
-        self._clone.set_weights(list(params.values()))
+        self._clone.set_weights(list(params.values()) if isinstance(params, dict) else list(params))
         reference = np.asarray(self._clone(self.probe))
         if self._policy is None:
             self._policy = LiteRTPolicy(payload, batch_size=len(self.probe))

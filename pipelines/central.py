@@ -124,9 +124,6 @@ class CentralTrainer(Trainer):
         from core.inference.server import InferenceServer
         self._setup()
         cfg = self.cfg
-        self.version_time: Dict[int, float] = {}
-        self.version_params: Dict[int, Any] = {}
-        self.n_evals = 0
         self._new_version(blocking=True)
         address = server_address(cfg, self.run_id)
         self.server = InferenceServer(

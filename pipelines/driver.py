@@ -127,6 +127,10 @@ class Trainer:
         if not getattr(self.executor, "deterministic", False):
             self.async_quantizer = AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
         self.rng = np.random.default_rng([cfg.seed, 7])
+        self.version_time: Dict[int, float] = {}     # when each policy version was published
+        self.version_params: Dict[int, Any] = {}     # learner params per version (best checkpoint)
+        self.version_policy: Dict[int, Any] = {}     # policy-network weights per version (quality probe)
+        self.n_evals = 0
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
         if self.resume:
             self._restore()
@@ -176,6 +180,7 @@ class Trainer:
         """Quantize the learner's policy as the next version and broadcast it."""
         version = max(self.loop.policy_version, max(self.version_params, default=0)) + 1
         self.version_params[version] = self.learner.state()["params"]
+        self.version_policy[version] = [np.array(w) for w in self.learner.policy_model.get_weights()]
         calib = self._calibration_obs()
         if self.async_quantizer is not None and not blocking:
             self.async_quantizer.submit(self.learner.policy_model, version, calib)
@@ -193,11 +198,12 @@ class Trainer:
         keep = {self.loop.best_version} | getattr(self, "eval_versions", set())
         for v in [v for v in self.version_params if v < payload.version - 8 and v not in keep]:
             del self.version_params[v]
+            self.version_policy.pop(v, None)
         self.log.write("broadcast", step=self.learner.steps, version=payload.version,
                        payload_bytes=payload.nbytes, convert_seconds=payload.convert_seconds,
                        precision=payload.precision)
         # Quality vs fp32 on a fixed replay probe batch, scored in the background (core.quality).
-        self.quality.submit(payload, self.version_params.get(payload.version), self.learner.policy_model,
+        self.quality.submit(payload, self.version_policy.get(payload.version), self.learner.policy_model,
                             self.sampler, self.cache)
         for q in self.quality.collect():
             self.log.write("broadcast_quality", step=self.learner.steps, **q)
@@ -213,9 +219,6 @@ class Trainer:
     def run(self) -> Dict[str, Any]:
         self._setup()
         cfg = self.cfg
-        self.version_time: Dict[int, float] = {}
-        self.version_params: Dict[int, Any] = {}
-        self.n_evals = 0
         self._new_version(blocking=True)
         start = time.time()
         in_flight: Dict[Any, int] = {}

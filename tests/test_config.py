@@ -46,6 +46,11 @@ def test_bad_values_are_rejected_with_exact_messages(data, message):
     assert str(err.value) == message
 
 
+def test_yaml_off_is_the_choice_off_not_false():
+    cfg = load_config(overrides=["carbon.backend=off"])
+    assert cfg.carbon.backend == "off"
+
+
 def test_unknown_env_id_suggests_close_matches():
     from core.envs import EnvError
     with pytest.raises(EnvError, match=r"unknown env id 'CartPol-v1'; did you mean CartPole-v1"):
