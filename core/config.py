@@ -294,7 +294,9 @@ def validate(cfg: Config) -> Config:
     from core.agents.registry import get_builder
     from core.envs import check_env_id, env_spec  # local import: envs imports gymnasium
     check_env_id(cfg.env.id)
-    get_builder(cfg.agent.algo).check_env(env_spec(cfg.env.id))
+    builder = get_builder(cfg.agent.algo)
+    builder.check_env(env_spec(cfg.env.id))
+    builder.check_config(cfg)
     return cfg
 
 

@@ -304,3 +304,13 @@ def test_r2d2_learns_pomdp_cartpole(tmp_path):
                        "eval.confirm_episodes=20"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
     assert summary["best_eval_return"] >= 300, summary
+
+
+@pytest.mark.parametrize("override, message", [
+    ("inference=central", "agent 'r2d2' runs with inference 'local' only"),
+    ("actors.precision=int8-full", "agent 'r2d2' does not support actors.precision 'int8-full'"),
+])
+def test_unsupported_settings_are_config_errors(override, message):
+    from core.config import CONFIG_DIR, ConfigError, load_config
+    with pytest.raises(ConfigError, match=message):
+        load_config(os.path.join(CONFIG_DIR, "pomdp-cartpole-r2d2.yaml"), [override])

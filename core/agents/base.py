@@ -52,3 +52,6 @@ class AgentBuilder(abc.ABC):
 
     def check_env(self, spec) -> None:
         """Raise ``ConfigError`` if this algorithm cannot act in ``spec``'s env."""
+
+    def check_config(self, cfg) -> None:
+        """Raise ``ConfigError`` for run settings this algorithm does not support (inference mode, ...)."""

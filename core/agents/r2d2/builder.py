@@ -37,3 +37,12 @@ class R2D2Builder(AgentBuilder):
         if not spec.discrete:
             raise ConfigError(f"agent 'r2d2' needs a discrete action space; {spec.env_id} has continuous "
                               f"actions (use a continuous-control agent)")
+
+    def check_config(self, cfg) -> None:
+        from core.config import ConfigError
+        if cfg.inference == "central":
+            raise ConfigError("agent 'r2d2' runs with inference 'local' only (the central inference server keeps "
+                              "no recurrent state yet); valid: inference=local")
+        if cfg.actors.precision == "int8-full":
+            raise ConfigError("agent 'r2d2' does not support actors.precision 'int8-full' (calibration needs the "
+                              "recurrent state inputs); valid: fp32, fp16, int8-dynamic")
