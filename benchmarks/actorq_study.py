@@ -102,6 +102,9 @@ def main(argv=None) -> int:
     for task in args.tasks:
         config, full, quick = TASKS[task][args.size]
         budget = quick if args.quick else full
+        for item in args.extra:   # an explicit --set total_env_steps=N wins (it is applied last)
+            if item.startswith("total_env_steps="):
+                budget = int(float(item.split("=", 1)[1].replace("_", "")))
         for seed in range(seeds):
             for precision in PRECISIONS:
                 run_dir = os.path.join(os.path.abspath(args.out), "runs", f"{task}-{precision}-s{seed}")
