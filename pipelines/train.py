@@ -109,11 +109,15 @@ def print_summary(summary: dict) -> None:
             ["env steps/s", f"{summary['env_steps_per_s']:,.0f}"],
             ["policy versions", summary["policy_versions"]],
             ["bytes per broadcast", f"{summary['bytes_per_broadcast']:,} ({summary['precision']})"],
-            ["best eval return", f"{summary['best_eval_return']:.1f} (version {summary['best_version']})"],
+            ["best eval return", "- (no evaluation ran)" if summary["best_version"] < 0
+             else f"{summary['best_eval_return']:.1f} (version {summary['best_version']})"],
             ["time to target", "-" if summary["time_to_target_s"] is None
              else f"{summary['time_to_target_s']:.1f} s, {summary['env_steps_to_target']:,} env steps"]]
     for precision, r in summary["final_eval"].items():
         rows.append([f"final return ({precision})", f"{r['mean']:.1f} +- {r['std']:.1f}"])
+    if summary.get("energy_kwh") is not None:
+        rows.append(["energy", f"{summary['energy_kwh'] * 1000:.3f} Wh, {summary['co2e_kg'] * 1000:.3f} g CO2e "
+                               f"({summary['carbon_backend']})"])
     print_table(["", summary["run_dir"]], rows)
 
 
