@@ -26,6 +26,7 @@ from typing import Any, Dict
 import numpy as np
 import tensorflow as tf
 
+from core.agents import variables
 from core.agents.d4pg.config import D4PGConfig as AgentConfig
 from core.agents.d4pg.losses import categorical_projection, critic_loss, expected_value
 from core.agents.d4pg.networks import action_scale, make_networks, support
@@ -124,48 +125,23 @@ class D4PGLearner:
         """Nested host arrays. ``params`` holds the policy only (what evaluation and
         the best-version checkpoint restore); the critic and targets have their own groups."""
         return {
-            "params": _named(self.policy.weights),
-            "critic_params": _named(self.critic.weights),
-            "target_params": _named(self.target_policy.weights),
-            "target_critic_params": _named(self.target_critic.weights),
-            "optimizer": {**_opt_state("policy", self.policy_opt), **_opt_state("critic", self.critic_opt)},
+            "params": variables.named(self.policy.weights),
+            "critic_params": variables.named(self.critic.weights),
+            "target_params": variables.named(self.target_policy.weights),
+            "target_critic_params": variables.named(self.target_critic.weights),
+            "optimizer": {**variables.optimizer_state(self.policy_opt, "policy"),
+                          **variables.optimizer_state(self.critic_opt, "critic")},
             "counters": {"learner_steps": np.array(self.steps, np.int64)},
         }
 
     def restore(self, state: Dict[str, Dict[str, np.ndarray]]) -> None:
         """Load a :meth:`state` dict (e.g. from ``Checkpointer.restore``)."""
-        _assign(self.policy.weights, state["params"])
+        variables.assign(self.policy.weights, state["params"])
         for group, model in (("critic_params", self.critic), ("target_params", self.target_policy),
                              ("target_critic_params", self.target_critic)):
             if group in state:
-                _assign(model.weights, state[group])
-        opt = state.get("optimizer", {})
+                variables.assign(model.weights, state[group])
         for prefix, optimizer in (("policy", self.policy_opt), ("critic", self.critic_opt)):
-            for key, v in _opt_vars(prefix, optimizer):
-                if key in opt:
-                    v.assign(opt[key])
+            variables.restore_optimizer(optimizer, state.get("optimizer", {}), prefix)
         if "counters" in state:
             self.num_steps.assign(int(np.asarray(state["counters"]["learner_steps"])))
-
-
-def _clean(path: str) -> str:
-    return path.replace("/", ".")
-
-
-def _named(variables) -> Dict[str, np.ndarray]:
-    # Names without the model prefix, so online and target networks share keys.
-    return {_clean(v.path.split("/", 1)[-1]): np.array(v.numpy()) for v in variables}
-
-
-def _assign(variables, values: Dict[str, np.ndarray]) -> None:
-    for v in variables:
-        v.assign(values[_clean(v.path.split("/", 1)[-1])])
-
-
-def _opt_vars(prefix: str, optimizer):
-    # Without the optimizer's own name ("adam_2/..."), which depends on how many were built.
-    return [(f"{prefix}_{i:03d}_{_clean(v.path.split('/', 1)[-1])}", v) for i, v in enumerate(optimizer.variables)]
-
-
-def _opt_state(prefix: str, optimizer) -> Dict[str, np.ndarray]:
-    return {key: np.array(v.numpy()) for key, v in _opt_vars(prefix, optimizer)}

@@ -17,6 +17,7 @@ from typing import Any, Dict
 import numpy as np
 import tensorflow as tf
 
+from core.agents import variables
 from core.agents.dqn.losses import huber, q_learning_targets
 from core.agents.dqn.config import DQNConfig as AgentConfig
 from core.envs import EnvSpec
@@ -107,33 +108,15 @@ class DQNLearner:
     def state(self) -> Dict[str, Dict[str, np.ndarray]]:
         """Nested dict of host arrays: params, target_params, optimizer, counters."""
         return {
-            "params": _named(self.q.weights),
-            "target_params": _named(self.target.weights),
-            "optimizer": {f"{i:03d}_{_clean(v.path)}": np.array(v.numpy()) for i, v in enumerate(self.optimizer.variables)},
+            "params": variables.named(self.q.weights),
+            "target_params": variables.named(self.target.weights),
+            "optimizer": variables.optimizer_state(self.optimizer),
             "counters": {"learner_steps": np.array(self.steps, np.int64)},
         }
 
     def restore(self, state: Dict[str, Dict[str, np.ndarray]]) -> None:
         """Load a :meth:`state` dict (e.g. from ``Checkpointer.restore``)."""
-        _assign(self.q.weights, state["params"])
-        _assign(self.target.weights, state["target_params"])
-        opt = state.get("optimizer", {})
-        for i, v in enumerate(self.optimizer.variables):
-            key = f"{i:03d}_{_clean(v.path)}"
-            if key in opt:
-                v.assign(opt[key])
+        variables.assign(self.q.weights, state["params"])
+        variables.assign(self.target.weights, state["target_params"])
+        variables.restore_optimizer(self.optimizer, state.get("optimizer", {}))
         self.num_steps.assign(int(np.asarray(state["counters"]["learner_steps"])))
-
-
-def _clean(path: str) -> str:
-    return path.replace("/", ".")
-
-
-def _named(variables) -> Dict[str, np.ndarray]:
-    # Names without the model prefix, so q and q_target share keys.
-    return {_clean(v.path.split("/", 1)[-1]): np.array(v.numpy()) for v in variables}
-
-
-def _assign(variables, values: Dict[str, np.ndarray]) -> None:
-    for v in variables:
-        v.assign(values[_clean(v.path.split("/", 1)[-1])])

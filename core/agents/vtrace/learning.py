@@ -20,6 +20,7 @@ from typing import Any, Dict
 import numpy as np
 import tensorflow as tf
 
+from core.agents import variables
 from core.agents.vtrace.config import VTraceConfig
 from core.agents.vtrace.losses import actor_critic_loss
 from core.agents.vtrace.networks import policy_network, value_network
@@ -121,32 +122,17 @@ class VTraceLearner:
     def state(self) -> Dict[str, Dict[str, np.ndarray]]:
         """Nested host arrays: params (policy + value), optimizer slots, counters."""
         return {
-            "params": {**_named("policy", self.policy.weights), **_named("value", self.value.weights)},
-            "optimizer": {f"{i:03d}_{_clean(v.path)}": np.array(v.numpy())
-                          for i, v in enumerate(self.optimizer.variables)},
+            "params": {**variables.named(self.policy.weights, "policy"),
+                       **variables.named(self.value.weights, "value")},
+            "optimizer": variables.optimizer_state(self.optimizer),
             "counters": {"learner_steps": np.array(self.steps, np.int64)},
         }
 
     def restore(self, state: Dict[str, Dict[str, np.ndarray]]) -> None:
         """Load a :meth:`state` dict (e.g. from ``Checkpointer.restore``)."""
-        params = state["params"]
         for prefix, model in (("policy", self.policy), ("value", self.value)):
-            named = _named(prefix, model.weights)
-            for v, key in zip(model.weights, named):
-                if key in params:
-                    v.assign(params[key])
-        opt = state.get("optimizer", {})
-        for i, v in enumerate(self.optimizer.variables):
-            key = f"{i:03d}_{_clean(v.path)}"
-            if key in opt:
-                v.assign(opt[key])
+            # lenient: a best-version checkpoint may hold the policy alone
+            variables.assign(model.weights, state["params"], prefix, strict=False)
+        variables.restore_optimizer(self.optimizer, state.get("optimizer", {}))
         if "counters" in state:
             self.num_steps.assign(int(np.asarray(state["counters"]["learner_steps"])))
-
-
-def _clean(path: str) -> str:
-    return path.replace("/", ".")
-
-
-def _named(prefix: str, variables) -> Dict[str, np.ndarray]:
-    return {f"{prefix}.{_clean(v.path.split('/', 1)[-1])}": np.array(v.numpy()) for v in variables}
