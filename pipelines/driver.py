@@ -78,6 +78,40 @@ class LoopState:
     env_steps_to_target: Optional[int] = None
 
 
+@dataclasses.dataclass
+class _Flight:
+    """Bookkeeping of one ``Trainer.run`` that is not checkpointed (rebuilt on resume)."""
+    start: float
+    steps_per_task: int
+    committed_env_steps: int
+    submitted_steps: int
+    next_eval: int
+    last_ckpt_step: int
+    last_broadcast_step: int
+    idle: List[int]
+    in_flight: Dict[Any, int] = dataclasses.field(default_factory=dict)   # rollout future -> actor
+    pending: List[Any] = dataclasses.field(default_factory=list)          # results not yet in a shard
+    pending_rows: int = 0
+    pending_bytes: int = 0
+    writes: deque = dataclasses.field(default_factory=deque)              # (shard_id, future), in order
+    evals: List[Any] = dataclasses.field(default_factory=list)
+    recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
+    lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
+    lag_logged: float = 0.0
+    stop: bool = False
+
+    @classmethod
+    def begin(cls, trainer: "Trainer") -> "_Flight":
+        cfg, loop = trainer.cfg, trainer.loop
+        trainer.worker_stats = WorkerStats()   # per-worker tasks / retries / env steps/s (progress + metrics)
+        every = cfg.eval.every_env_steps
+        return cls(start=time.time(), steps_per_task=cfg.env.num_envs * cfg.actors.steps_per_task,
+                   committed_env_steps=trainer.cache.size if trainer.resume else 0,
+                   submitted_steps=loop.env_steps, next_eval=(loop.env_steps // every + 1) * every,
+                   last_ckpt_step=trainer.learner.steps, last_broadcast_step=trainer.learner.steps,
+                   idle=list(range(cfg.actors.num_actors)))
+
+
 class Trainer:
     """One training run (see module docstring). ``run()`` returns the summary dict."""
 
@@ -217,169 +251,179 @@ class Trainer:
 
     # -- main loop --------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
+        """Train until ``total_env_steps`` (or a confirmed target); returns the summary dict."""
         self._setup()
-        cfg = self.cfg
         self._new_version(blocking=True)
-        start = time.time()
-        in_flight: Dict[Any, int] = {}
-        pending: List[Any] = []          # finished rollout results not yet in a shard
-        pending_rows = 0
-        pending_bytes = 0
-        writes: deque = deque()          # (shard_id, future) in submission order
-        evals: List[Any] = []
-        recent_returns: deque = deque(maxlen=20)
-        committed_env_steps = self.cache.size if self.resume else 0
-        submitted_steps = self.loop.env_steps
-        steps_per_task = cfg.env.num_envs * cfg.actors.steps_per_task
-        next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
-        last_ckpt_step = self.learner.steps
-        last_broadcast_step = self.learner.steps
-        lags: deque = deque(maxlen=50)
-        self.worker_stats = WorkerStats()   # per-worker tasks / retries / env steps/s (progress + metrics)
-        stop = False
+        f = _Flight.begin(self)
         bar = self._progress_bar()
-        t_log = time.time()
-
-        def submit_actor(a: int) -> None:
-            nonlocal submitted_steps
-            k = self.loop.next_task[a]
-            self.loop.next_task[a] += 1
-            explore = self.builder.exploration(cfg.agent, submitted_steps, a)
-            fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], self.payload_ref, k,
-                                       cfg.actors.steps_per_task, explore, key=f"rollout-{self.run_id}-a{a}-t{k}",
-                                       actor=a)
-            in_flight[fut] = a
-            submitted_steps += steps_per_task
-
-        def actors_may_run() -> bool:
-            if stop or submitted_steps >= cfg.total_env_steps:
-                return False
-            if committed_env_steps < cfg.replay.min_size:
-                return True
-            allowed = self.learner.steps / cfg.learner.replay_ratio + steps_per_task * cfg.actors.num_actors
-            return submitted_steps < allowed + cfg.replay.min_size
-
-        idle = list(range(cfg.actors.num_actors))
+        t_bar = time.time()
         while True:
-            # 1. (re)submit idle actors the learner can afford.
-            while idle and actors_may_run():
-                submit_actor(idle.pop(0))
-            # 2. collect finished rollouts.
-            can_learn = (self.cache.size >= cfg.replay.min_size and
-                         self.learner.steps < cfg.learner.replay_ratio * committed_env_steps)
-            done = self.executor.wait(list(in_flight), timeout=0 if can_learn else 0.05)
-            for fut in done:
-                a = in_flight.pop(fut)
-                # Materialize the result now and drop the future: if its worker dies later, Dask
-                # would otherwise *recompute* this stateful rollout on a rebuilt actor, and the
-                # shard could mix two actor histories (duplicate episode rows). Retried in-flight
-                # tasks are fine: their first completed result is the only one ever used.
-                result = fut.result()
-                stats = result.stats
-                self.loop.env_steps += stats.env_steps
-                self.loop.episodes += len(stats.episode_returns)
-                recent_returns.extend(stats.episode_returns)
-                self.worker_stats.add(stats)
-                lags.append((self.loop.policy_version - stats.policy_version,
-                             time.time() - self.version_time.get(stats.policy_version, time.time())))
-                pending.append(result)
-                pending_rows += stats.env_steps
-                pending_bytes += result.batch.nbytes
-                idle.append(a)
-                if bar is not None:
-                    bar.update(stats.env_steps)
-            if lags and time.time() - getattr(self, "_lag_logged", 0.0) > 2.0:   # policy lag, every 2 s
-                self._lag_logged = time.time()
-                self.log.write("policy_lag", step=self.loop.env_steps, policy_version=self.loop.policy_version,
-                               versions_mean=float(np.mean([l[0] for l in lags])),
-                               versions_max=int(max(l[0] for l in lags)),
-                               seconds_mean=float(np.mean([l[1] for l in lags])),
-                               seconds_max=float(max(l[1] for l in lags)))
-            # 3. aggregate into a shard when big enough (or the run is ending).
-            ending = not in_flight and (stop or submitted_steps >= cfg.total_env_steps)
-            if pending and (pending_bytes >= cfg.replay.shard_target_bytes
-                            or pending_rows >= self._flush_rows() or ending):
-                shard_id = stages.shard_id_for(self.loop.shard_seq)
-                self.loop.shard_seq += 1
-                writes.append((shard_id, self.executor.submit(stages.write_shard_stage, self.store_url, shard_id,
-                                                              list(pending), key=f"write-{self.run_id}-{shard_id}")))
-                pending, pending_rows, pending_bytes = [], 0, 0
-            # 4. commit finished writes, in order, in one log entry.
-            ready = []
-            while writes and writes[0][1].done():
-                shard_id, fut = writes.popleft()
-                ready.append(fut.result())
-            if ready:
-                version = stages.commit_stage(self.store, [r["shard_id"] for r in ready],
-                                              meta={"policy_version": self.loop.policy_version},
-                                              retention_transitions=cfg.replay.retention_transitions)
-                if version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
-                    self.log.write("gc", step=self.loop.env_steps, **stages.gc_stage(self.store, cfg.replay.gc_grace_s))
-                self.cache.refresh()
-                committed_env_steps += sum(r["rows"] for r in ready)
-                self.log.write("commit", step=self.loop.env_steps, log_version=version,
-                               shards=len(ready), rows=sum(r["rows"] for r in ready),
-                               bytes=sum(r["nbytes"] for r in ready))
-                self.log.write("workers", step=self.loop.env_steps, workers=self.worker_stats.table())
-            # 5. learn while behind the replay ratio.
-            if self.cache.size >= cfg.replay.min_size:
-                budget = int(cfg.learner.replay_ratio * committed_env_steps) - self.learner.steps
-                if budget > 0:
-                    n = min(budget, cfg.learner.steps_per_call)
-                    t0 = time.time()
-                    m = stages.learn_stage(self.learner, self.sampler, n, cfg.agent.batch_size, self.rng)
-                    if self.learner.steps % 500 < n:
-                        self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"],
-                                       steps_per_s=n / max(time.time() - t0, 1e-9))
-            # 6. policy versions.
-            self._poll_async_version()
-            if self.learner.steps - last_broadcast_step >= cfg.actors.broadcast_period:
-                last_broadcast_step = self.learner.steps
-                self._new_version(blocking=False)
-            # 7. evaluation: keep the best version; stop at the target.
-            if self.loop.env_steps >= next_eval and self.learner.steps > 0:
-                next_eval += cfg.eval.every_env_steps
-                self.n_evals += 1
-                self.eval_versions = getattr(self, "eval_versions", set()) | {self.loop.policy_version}
-                evals.append(self.executor.submit(
-                    stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
-                    cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
-                    self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
-                    key=f"eval-{self.run_id}-{self.n_evals}"))
-            for fut in [f for f in evals if f.done()]:
-                evals.remove(fut)
-                stop |= self._on_evaluation(fut.result(), start)
-            # 8. checkpoints.
-            if self.learner.steps - last_ckpt_step >= cfg.checkpoint.every_steps:
-                last_ckpt_step = self.learner.steps
+            while f.idle and self._actors_may_run(f):           # 1. actors the learner can afford
+                self._submit_actor(f, f.idle.pop(0))
+            self._collect_rollouts(f, bar)                       # 2. finished rollouts
+            self._log_policy_lag(f)
+            ending = not f.in_flight and (f.stop or f.submitted_steps >= self.cfg.total_env_steps)
+            self._maybe_write_shard(f, ending)                   # 3. aggregate into a shard
+            self._commit_finished_writes(f)                      # 4. one log entry
+            self._learn(f)                                       # 5. keep the replay ratio
+            self._maybe_new_version(f)                           # 6. policy versions
+            self._evaluate(f)                                    # 7. keep the best; stop at target
+            if self.learner.steps - f.last_ckpt_step >= self.cfg.checkpoint.every_steps:
+                f.last_ckpt_step = self.learner.steps            # 8. checkpoints
                 self._checkpoint()
-            # 9. progress.
-            if bar is not None and time.time() - t_log > 0.5:
-                t_log = time.time()
-                bar.set_postfix(self._postfix(start, recent_returns, lags), refresh=False)
-            if ending and not writes and not pending and not in_flight:
-                if evals and not stop:  # the last evaluations decide the best version
-                    self.executor.wait(evals, timeout=60)
+            if bar is not None and time.time() - t_bar > 0.5:   # 9. progress
+                t_bar = time.time()
+                bar.set_postfix(self._postfix(f.start, f.recent_returns, f.lags), refresh=False)
+            if ending and not f.writes and not f.pending:
+                if f.evals and not f.stop:   # the last evaluations decide the best version
+                    self.executor.wait(f.evals, timeout=60)
                     continue
                 break
         if bar is not None:
             bar.close()
-        for fut in evals:
+        return self._close(f)
+
+    def _close(self, f: "_Flight") -> Dict[str, Any]:
+        for fut in f.evals:
             try:
-                self._on_evaluation(fut.result(), start)
+                self._on_evaluation(fut.result(), f.start)
             except Exception:  # a final eval lost with the cluster does not fail the run
                 pass
-        for fut in in_flight:
+        for fut in f.in_flight:
             fut.cancel()
         self._checkpoint()
         self.ckpt.wait()
-        summary = self._finish(start, lags)
+        summary = self._finish(f.start, f.lags)
         self.ckpt.close()
         self.best_ckpt.close()
         if self.async_quantizer is not None:
             self.async_quantizer.close()
         self.log.close()
         return summary
+
+    def _submit_actor(self, f: "_Flight", a: int) -> None:
+        cfg = self.cfg
+        k = self.loop.next_task[a]
+        self.loop.next_task[a] += 1
+        explore = self.builder.exploration(cfg.agent, f.submitted_steps, a)
+        fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], self.payload_ref, k,
+                                   cfg.actors.steps_per_task, explore, key=f"rollout-{self.run_id}-a{a}-t{k}",
+                                   actor=a)
+        f.in_flight[fut] = a
+        f.submitted_steps += f.steps_per_task
+
+    def _actors_may_run(self, f: "_Flight") -> bool:
+        """Throttle: actors may run ahead of the learner by one round of tasks (plus min_size)."""
+        cfg = self.cfg
+        if f.stop or f.submitted_steps >= cfg.total_env_steps:
+            return False
+        if f.committed_env_steps < cfg.replay.min_size:
+            return True
+        allowed = self.learner.steps / cfg.learner.replay_ratio + f.steps_per_task * cfg.actors.num_actors
+        return f.submitted_steps < allowed + cfg.replay.min_size
+
+    def _collect_rollouts(self, f: "_Flight", bar) -> None:
+        cfg = self.cfg
+        can_learn = (self.cache.size >= cfg.replay.min_size and
+                     self.learner.steps < cfg.learner.replay_ratio * f.committed_env_steps)
+        for fut in self.executor.wait(list(f.in_flight), timeout=0 if can_learn else 0.05):
+            a = f.in_flight.pop(fut)
+            # Materialize the result now and drop the future: if its worker dies later, Dask
+            # would otherwise *recompute* this stateful rollout on a rebuilt actor, and the
+            # shard could mix two actor histories (duplicate episode rows). Retried in-flight
+            # tasks are fine: their first completed result is the only one ever used.
+            result = fut.result()
+            stats = result.stats
+            self.loop.env_steps += stats.env_steps
+            self.loop.episodes += len(stats.episode_returns)
+            f.recent_returns.extend(stats.episode_returns)
+            self.worker_stats.add(stats)
+            f.lags.append((self.loop.policy_version - stats.policy_version,
+                           time.time() - self.version_time.get(stats.policy_version, time.time())))
+            f.pending.append(result)
+            f.pending_rows += stats.env_steps
+            f.pending_bytes += result.batch.nbytes
+            f.idle.append(a)
+            if bar is not None:
+                bar.update(stats.env_steps)
+
+    def _log_policy_lag(self, f: "_Flight") -> None:
+        """Policy lag in versions and seconds, every 2 s."""
+        if not f.lags or time.time() - f.lag_logged <= 2.0:
+            return
+        f.lag_logged = time.time()
+        self.log.write("policy_lag", step=self.loop.env_steps, policy_version=self.loop.policy_version,
+                       versions_mean=float(np.mean([l[0] for l in f.lags])),
+                       versions_max=int(max(l[0] for l in f.lags)),
+                       seconds_mean=float(np.mean([l[1] for l in f.lags])),
+                       seconds_max=float(max(l[1] for l in f.lags)))
+
+    def _maybe_write_shard(self, f: "_Flight", ending: bool) -> None:
+        """Aggregate pending rollout results into one shard when big enough (or the run is ending)."""
+        if not f.pending or not (f.pending_bytes >= self.cfg.replay.shard_target_bytes
+                                 or f.pending_rows >= self._flush_rows() or ending):
+            return
+        shard_id = stages.shard_id_for(self.loop.shard_seq)
+        self.loop.shard_seq += 1
+        f.writes.append((shard_id, self.executor.submit(stages.write_shard_stage, self.store_url, shard_id,
+                                                        list(f.pending), key=f"write-{self.run_id}-{shard_id}")))
+        f.pending, f.pending_rows, f.pending_bytes = [], 0, 0
+
+    def _commit_finished_writes(self, f: "_Flight") -> None:
+        """Commit finished shard writes, in submission order, in one log entry; refresh the cache."""
+        cfg = self.cfg
+        ready = []
+        while f.writes and f.writes[0][1].done():
+            ready.append(f.writes.popleft()[1].result())
+        if not ready:
+            return
+        version = stages.commit_stage(self.store, [r["shard_id"] for r in ready],
+                                      meta={"policy_version": self.loop.policy_version},
+                                      retention_transitions=cfg.replay.retention_transitions)
+        if version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
+            self.log.write("gc", step=self.loop.env_steps, **stages.gc_stage(self.store, cfg.replay.gc_grace_s))
+        self.cache.refresh()
+        f.committed_env_steps += sum(r["rows"] for r in ready)
+        self.log.write("commit", step=self.loop.env_steps, log_version=version, shards=len(ready),
+                       rows=sum(r["rows"] for r in ready), bytes=sum(r["nbytes"] for r in ready))
+        self.log.write("workers", step=self.loop.env_steps, workers=self.worker_stats.table())
+
+    def _learn(self, f: "_Flight") -> None:
+        """Up to ``steps_per_call`` learner steps while behind ``replay_ratio`` x committed env steps."""
+        cfg = self.cfg
+        if self.cache.size < cfg.replay.min_size:
+            return
+        budget = int(cfg.learner.replay_ratio * f.committed_env_steps) - self.learner.steps
+        if budget <= 0:
+            return
+        n = min(budget, cfg.learner.steps_per_call)
+        t0 = time.time()
+        m = stages.learn_stage(self.learner, self.sampler, n, cfg.agent.batch_size, self.rng)
+        if self.learner.steps % 500 < n:
+            self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"],
+                           steps_per_s=n / max(time.time() - t0, 1e-9))
+
+    def _maybe_new_version(self, f: "_Flight") -> None:
+        self._poll_async_version()
+        if self.learner.steps - f.last_broadcast_step >= self.cfg.actors.broadcast_period:
+            f.last_broadcast_step = self.learner.steps
+            self._new_version(blocking=False)
+
+    def _evaluate(self, f: "_Flight") -> None:
+        """Submit an evaluation task every ``eval.every_env_steps``; handle finished ones."""
+        cfg = self.cfg
+        if self.loop.env_steps >= f.next_eval and self.learner.steps > 0:
+            f.next_eval += cfg.eval.every_env_steps
+            self.n_evals += 1
+            self.eval_versions = getattr(self, "eval_versions", set()) | {self.loop.policy_version}
+            f.evals.append(self.executor.submit(
+                stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
+                cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
+                self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
+                key=f"eval-{self.run_id}-{self.n_evals}"))
+        for fut in [e for e in f.evals if e.done()]:
+            f.evals.remove(fut)
+            f.stop |= self._on_evaluation(fut.result(), f.start)
 
     def _flush_rows(self) -> int:
         # Freshness bound, deterministic (row-based, not time-based) so that the
