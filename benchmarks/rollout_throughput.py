@@ -68,7 +68,7 @@ def _dask_rate(n_workers, payload, args):
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                       env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}) as cluster, Client(cluster) as c:
         ref = c.scatter(payload, broadcast=True)
-        actors = 2 * n_workers
+        actors = args.actors_per_worker * n_workers
         specs = [ActorSpec("bench-dask", "CartPole-v1", args.envs, 0, a) for a in range(actors)]
         addrs = sorted(c.scheduler_info()["workers"])
         submit = lambda a, k: c.submit(run_rollout_task, specs[a], ref, k, args.steps, {"epsilon": 0.1},
@@ -88,7 +88,8 @@ def part_dask(args):
         one.append(_dask_rate(1, payload, args))
         two.append(_dask_rate(2, payload, args))
     print(f"\nDask rollout throughput, int8-dynamic policy 4 -> {'x'.join(map(str, args.hidden))} -> 2, "
-          f"2 actors per worker, median of {args.repeats}")
+          f"{args.actors_per_worker} actors per worker, {args.steps} steps x {args.envs} envs per task, "
+          f"median of {args.repeats}")
     print_table(["workers", "env steps/s", "vs 1 worker"],
                 [[1, f"{statistics.median(one):,.0f}", "1.00x"],
                  [2, f"{statistics.median(two):,.0f}", f"{statistics.median(two) / statistics.median(one):.2f}x"]])
@@ -102,6 +103,7 @@ def main():
     p.add_argument("--steps", type=int, default=64, help="vector steps per task")
     p.add_argument("--tasks", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--actors-per-worker", type=int, default=2, help="Dask part: concurrent actors per worker")
     args = p.parse_args()
     if args.part in ("precision", "all"):
         part_precision(args)
