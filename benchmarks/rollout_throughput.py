@@ -95,9 +95,42 @@ def part_dask(args):
                  [2, f"{statistics.median(two):,.0f}", f"{statistics.median(two) / statistics.median(one):.2f}x"]])
 
 
+def _inference_loop(payload, seconds, queue):
+    import numpy as np
+    from core.policy import LiteRTPolicy
+    policy = LiteRTPolicy(payload, batch_size=8)
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        policy(x)
+        n += 1
+    queue.put(n / (time.perf_counter() - t0))
+
+
+def part_ceiling(args):
+    """The machine's own scaling for this work: 2 independent processes vs 1 (no Dask)."""
+    import multiprocessing as mp
+    from pipelines.cli import print_table
+    payload = make_payloads(args.hidden, ["int8-dynamic"])["int8-dynamic"]
+    ctx = mp.get_context("spawn")
+    rates = {1: [], 2: []}
+    for _ in range(args.repeats):
+        for n in (1, 2):
+            q = ctx.Queue()
+            procs = [ctx.Process(target=_inference_loop, args=(payload, 4.0, q)) for _ in range(n)]
+            for p in procs:
+                p.start()
+            rates[n].append(sum(q.get() for _ in procs))
+            for p in procs:
+                p.join()
+    one, two = statistics.median(rates[1]), statistics.median(rates[2])
+    print(f"\nhardware ceiling: LiteRT int8 inference loop, 1 vs 2 processes, median of {args.repeats}")
+    print_table(["processes", "calls/s", "vs 1"], [[1, f"{one:,.0f}", "1.00x"], [2, f"{two:,.0f}", f"{two / one:.2f}x"]])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--part", choices=["precision", "dask", "all"], default="all")
+    p.add_argument("--part", choices=["precision", "dask", "ceiling", "all"], default="all")
     p.add_argument("--hidden", type=int, nargs="+", default=[2048, 2048, 2048], help="policy MLP widths")
     p.add_argument("--envs", type=int, default=8)
     p.add_argument("--steps", type=int, default=64, help="vector steps per task")
@@ -109,6 +142,8 @@ def main():
         part_precision(args)
     if args.part in ("dask", "all"):
         part_dask(args)
+    if args.part in ("ceiling", "all"):
+        part_ceiling(args)
 
 
 if __name__ == "__main__":
