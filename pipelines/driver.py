@@ -38,18 +38,9 @@ from core import urls
 from core.metrics import MetricsLogger
 from core.rollout import ActorSpec
 from pipelines import stages
+from pipelines import summary as summary_lib
 from pipelines.summary import WorkerStats
 
-def _process_start() -> float:
-    """Wall-clock time this process started (time-to-target counts from here)."""
-    try:
-        import psutil
-        return psutil.Process().create_time()
-    except ImportError:
-        return _IMPORT_TIME
-
-
-_IMPORT_TIME = time.time()
 
 
 def configure_threads(cfg) -> None:
@@ -440,11 +431,9 @@ class Trainer:
         ``run_evaluation_task``), so the kept policy is the most trustworthy.
         """
         cfg = self.cfg
-        score = result["confirmed_mean"] if result["confirmed_mean"] is not None else result["mean"]
+        score = summary_lib.evaluation_score(result)
         getattr(self, "eval_versions", set()).discard(result["version"])
-        self.log.write("eval", step=self.loop.env_steps, version=result["version"], mean=result["mean"],
-                       std=result["std"], min=result["min"], confirmed_mean=result["confirmed_mean"],
-                       wall_s=time.time() - _process_start())
+        summary_lib.log_evaluation(self.log, self.loop, result)
         if score > self.loop.best_return:
             self.loop.best_return = score
             self.loop.best_version = result["version"]
@@ -452,12 +441,7 @@ class Trainer:
             if params is not None:
                 self.best_ckpt.save(result["version"], {"params": params},
                                     metadata={"eval": json.dumps(result), "config": config_lib.to_json(cfg)})
-        solved = score >= cfg.eval.target_return and (
-            result["confirmed_mean"] is not None or cfg.eval.confirm_episodes == 0)
-        if solved and self.loop.time_to_target_s is None:
-            self.loop.time_to_target_s = time.time() - _process_start()
-            self.loop.env_steps_to_target = self.loop.env_steps
-        return bool(cfg.eval.stop_at_target and solved)
+        return summary_lib.record_target(cfg, self.loop, result)
 
     def _checkpoint(self) -> None:
         self.ckpt.save(self.learner.steps, {"learner": self.learner.state()},
@@ -468,7 +452,6 @@ class Trainer:
     # -- end of run -------------------------------------------------------------
     def _finish(self, start: float, lags) -> Dict[str, Any]:
         """Evaluate the best (or final) policy at fp32 and at the actors' precision."""
-        from pipelines import summary as summary_lib   # shared with pipelines.rounds (Beam)
         cfg = self.cfg
         self.best_ckpt.wait()
         summary_lib.restore_best(self.best_ckpt, self.loop.best_version, self.learner)

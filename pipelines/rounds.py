@@ -420,25 +420,18 @@ class RoundLauncher:
 
     def _on_evaluation(self, result: Optional[Dict[str, Any]], start: float) -> bool:
         """Log an evaluation and keep the best version's parameters; True = stop (target reached)."""
-        from pipelines.driver import _process_start
+        from pipelines import summary as summary_lib
         cfg = self.cfg
         if result is None:
             return False
-        score = result["confirmed_mean"] if result["confirmed_mean"] is not None else result["mean"]
-        self.log.write("eval", step=self.loop.env_steps, version=result["version"], mean=result["mean"],
-                       std=result["std"], min=result["min"], confirmed_mean=result["confirmed_mean"],
-                       wall_s=time.time() - _process_start())
+        summary_lib.log_evaluation(self.log, self.loop, result)
+        score = summary_lib.evaluation_score(result)
         if score > self.loop.best_return:
             self.loop.best_return, self.loop.best_version = score, result["version"]
             # The learner still holds the evaluated version: it trains after this.
             self.learner.best_ckpt.save(result["version"], {"params": self.learner.learner.state()["params"]},
                                         metadata={"eval": json.dumps(result), "config": config_lib.to_json(cfg)})
-        solved = score >= cfg.eval.target_return and (
-            result["confirmed_mean"] is not None or cfg.eval.confirm_episodes == 0)
-        if solved and self.loop.time_to_target_s is None:
-            self.loop.time_to_target_s = time.time() - _process_start()
-            self.loop.env_steps_to_target = self.loop.env_steps
-        return bool(cfg.eval.stop_at_target and solved)
+        return summary_lib.record_target(cfg, self.loop, result)
 
     def _finish(self, start: float, lags, payload) -> Dict[str, Any]:
         from pipelines import summary as summary_lib

@@ -16,11 +16,49 @@ retries, env steps/s) for progress bars and ``workers`` metrics records.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
 from core import urls
+
+
+_IMPORT_TIME = time.time()
+
+
+def process_start() -> float:
+    """Wall-clock time this process started (time-to-target counts from here)."""
+    try:
+        import psutil
+        return psutil.Process().create_time()
+    except ImportError:
+        return _IMPORT_TIME
+
+
+def evaluation_score(result: Dict[str, Any]) -> float:
+    """An evaluation's score: the confirmed mean when a confirmation ran, else the mean."""
+    return result["confirmed_mean"] if result["confirmed_mean"] is not None else result["mean"]
+
+
+def log_evaluation(log, loop, result: Dict[str, Any]) -> None:
+    """One ``eval`` record in metrics.jsonl (wall time from process start)."""
+    log.write("eval", step=loop.env_steps, version=result["version"], mean=result["mean"], std=result["std"],
+              min=result["min"], confirmed_mean=result["confirmed_mean"], wall_s=time.time() - process_start())
+
+
+def record_target(cfg, loop, result: Dict[str, Any]) -> bool:
+    """Note time and env steps to target the first time an evaluation is solved; True = stop now.
+
+    Solved: the score reaches ``eval.target_return`` and, when confirmation is
+    on, a confirmation ran (see ``core.evaluation.run_evaluation_task``).
+    """
+    solved = evaluation_score(result) >= cfg.eval.target_return and (
+        result["confirmed_mean"] is not None or cfg.eval.confirm_episodes == 0)
+    if solved and loop.time_to_target_s is None:
+        loop.time_to_target_s = time.time() - process_start()
+        loop.env_steps_to_target = loop.env_steps
+    return bool(cfg.eval.stop_at_target and solved)
 
 
 def restore_best(best_ckpt, best_version: int, learner) -> bool:
