@@ -28,13 +28,22 @@ run directory layout:
   replay/                zarr v3 replay shards + commit log
   checkpoints/           async zarr checkpoints (latest complete one is used by --resume)
   best/                  parameters of the best evaluated policy version
+  carbon.json            energy and CO2e of the whole run, with the measurement source
   policy-<precision>.tflite, summary.json
+
+examples:
+  python -m pipelines.train                                   # configs/default.yaml on an embedded Dask cluster
+  python -m pipelines.train --executor local --set total_env_steps=20000
+  python -m pipelines.train --config configs/pendulum-d4pg.yaml --set actors.precision=fp32
+  python -m pipelines.train --resume runs/cartpole-dqn
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pipelines.train", description=__doc__.split("\n\n")[0],
+        prog="python -m pipelines.train",
+        description="Train an RL agent whose actors act with a quantized (int8 by default) copy of the "
+                    "learner's policy. With no options: CartPole-v1, double DQN, on an embedded Dask cluster.",
         epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="PATH", help="YAML experiment config (default: configs/default.yaml)")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
