@@ -204,7 +204,9 @@ class Trainer:
     def _new_version(self, blocking: bool) -> None:
         """Quantize the learner's policy as the next version and broadcast it."""
         version = max(self.loop.policy_version, max(self.version_params, default=0)) + 1
-        self.version_params[version] = self.learner.state()["params"]
+        # Parameters only: the full state() also copies optimizer slots (3x more at ActorQ size).
+        self.version_params[version] = (self.learner.params() if hasattr(self.learner, "params")
+                                        else self.learner.state()["params"])
         self.version_policy[version] = [np.array(w) for w in self.learner.policy_model.get_weights()]
         calib = self._calibration_obs()
         if self.async_quantizer is not None and not blocking:

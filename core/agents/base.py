@@ -28,6 +28,7 @@ class Learner(Protocol):
 
     def step(self, batch: Dict[str, Any]) -> Dict[str, Any]: ...   # one or [K] gradient steps
     def state(self) -> Dict[str, Dict[str, Any]]: ...               # nested host arrays
+    def params(self) -> Dict[str, Any]: ...                          # == state()["params"], cheaper
     def restore(self, state: Dict[str, Dict[str, Any]]) -> None: ...
 
     @property

@@ -121,11 +121,15 @@ class D4PGLearner:
         return int(self.num_steps.numpy())
 
     # -- checkpoint state ----------------------------------------------------
+    def params(self) -> Dict[str, np.ndarray]:
+        """The actor network's parameters alone (what a policy version or the best checkpoint needs)."""
+        return variables.named(self.policy.weights)
+
     def state(self) -> Dict[str, Dict[str, np.ndarray]]:
         """Nested host arrays. ``params`` holds the policy only (what evaluation and
         the best-version checkpoint restore); the critic and targets have their own groups."""
         return {
-            "params": variables.named(self.policy.weights),
+            "params": self.params(),
             "critic_params": variables.named(self.critic.weights),
             "target_params": variables.named(self.target_policy.weights),
             "target_critic_params": variables.named(self.target_critic.weights),

@@ -105,10 +105,14 @@ class DQNLearner:
         return int(self.num_steps.numpy())
 
     # -- checkpoint state ----------------------------------------------------
+    def params(self) -> Dict[str, np.ndarray]:
+        """The policy parameters alone (what a policy version or the best checkpoint needs)."""
+        return variables.named(self.q.weights)
+
     def state(self) -> Dict[str, Dict[str, np.ndarray]]:
         """Nested dict of host arrays: params, target_params, optimizer, counters."""
         return {
-            "params": variables.named(self.q.weights),
+            "params": self.params(),
             "target_params": variables.named(self.target.weights),
             "optimizer": variables.optimizer_state(self.optimizer),
             "counters": {"learner_steps": np.array(self.steps, np.int64)},

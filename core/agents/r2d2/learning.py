@@ -114,10 +114,14 @@ class R2D2Learner:
         return int(self.num_steps.numpy())
 
     # -- checkpoint state ----------------------------------------------------
+    def params(self) -> Dict[str, np.ndarray]:
+        """The Q-network's parameters alone (what a policy version or the best checkpoint needs)."""
+        return _named(self.q.weights)
+
     def state(self) -> Dict[str, Dict[str, np.ndarray]]:
         """Nested dict of host arrays: params, target_params, optimizer, counters."""
         return {
-            "params": _named(self.q.weights),
+            "params": self.params(),
             "target_params": _named(self.target.weights),
             "optimizer": {f"{i:03d}_{_clean(v.path)}": np.array(v.numpy()) for i, v in enumerate(self.optimizer.variables)},
             "counters": {"learner_steps": np.array(self.steps, np.int64)},

@@ -119,11 +119,14 @@ class VTraceLearner:
         return int(self.num_steps.numpy())
 
     # -- checkpoint state ----------------------------------------------------
+    def params(self) -> Dict[str, np.ndarray]:
+        """Policy and value parameters (no optimizer slots): what the best checkpoint keeps."""
+        return {**variables.named(self.policy.weights, "policy"), **variables.named(self.value.weights, "value")}
+
     def state(self) -> Dict[str, Dict[str, np.ndarray]]:
         """Nested host arrays: params (policy + value), optimizer slots, counters."""
         return {
-            "params": {**variables.named(self.policy.weights, "policy"),
-                       **variables.named(self.value.weights, "value")},
+            "params": self.params(),
             "optimizer": variables.optimizer_state(self.optimizer),
             "counters": {"learner_steps": np.array(self.steps, np.int64)},
         }
