@@ -441,12 +441,12 @@ class Trainer:
             self.loop.best_version = result["version"]
             params = self.version_params.get(result["version"])
             if params is not None:
-                self.best_ckpt.save(result["version"], {"params": params},
+                self.best_ckpt.save(result["version"], {"params": params}, donate=True,   # never mutated
                                     metadata={"eval": json.dumps(result), "config": config_lib.to_json(cfg)})
         return summary_lib.record_target(cfg, self.loop, result)
 
     def _checkpoint(self) -> None:
-        self.ckpt.save(self.learner.steps, {"learner": self.learner.state()},
+        self.ckpt.save(self.learner.steps, {"learner": self.learner.state()}, donate=True,  # fresh host copies
                        metadata={"loop": json.dumps(dataclasses.asdict(self.loop)),
                                  "replay_log_version": int(self.store.latest_version()),
                                  "config": config_lib.to_json(self.cfg)})

@@ -386,3 +386,19 @@ def test_memory_url_is_readable_by_plain_zarr(mem_url):
     group = zarr.open_group(f"{mem_url}/step_00000002", mode="r")
     np.testing.assert_array_equal(group["target_params/q/dense_0/kernel"][...],
                                   make_state(2)["target_params"]["q"]["dense_0"]["kernel"])
+
+
+def test_donated_arrays_are_written_without_a_copy(tmp_path):
+    from core.checkpoint.layout import flatten
+    state = {"params": {"w": np.arange(12, dtype=np.float32).reshape(3, 4)}, "step": 7}
+    ckpt = Checkpointer(str(tmp_path / "ckpt"))
+    host, _ = ckpt._snapshot(flatten(state), donate=True)
+    assert host["params/w"] is state["params"]["w"]          # handed over, not copied
+    copied, _ = ckpt._snapshot(flatten(state), donate=False)
+    assert copied["params/w"] is not state["params"]["w"]
+    ckpt.save(3, state, donate=True)
+    ckpt.wait()
+    restored, _ = ckpt.restore(3)
+    np.testing.assert_array_equal(restored["params"]["w"], state["params"]["w"])
+    assert restored["step"] == 7
+    ckpt.close()

@@ -154,12 +154,19 @@ class Checkpointer:
             self._buffers.clear()
 
     # ----------------------------------------------------------------------- save
-    def save(self, step: int, state: Mapping[str, Any], metadata: Optional[dict] = None) -> None:
+    def save(self, step: int, state: Mapping[str, Any], metadata: Optional[dict] = None,
+             donate: bool = False) -> None:
         """Copy ``state`` to host memory and write it as ``step`` in the background.
 
         Waits for the previous save first (and raises its error, if any).
         ``state`` is a nested dict whose leaves are arrays, ``tf.Variable``s or
         Python/numpy scalars; ``metadata`` must be JSON-serializable.
+
+        ``donate=True`` hands numpy leaves to the checkpointer without a copy
+        (as JAX donates buffers): for states built fresh for this save, e.g.
+        ``learner.state()``, whose arrays nobody else holds. The caller must
+        not modify donated arrays until the next ``save()``/``wait()`` returns.
+        Then ``save()`` blocks only for bookkeeping, even on the first save.
         """
         if self._closed:
             raise CheckpointError(f"save() on a closed Checkpointer ({self.url})")
@@ -171,17 +178,24 @@ class Checkpointer:
             meta_json = json.loads(json.dumps(metadata or {}, allow_nan=False))
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"metadata must be JSON-serializable: {e}") from None
-        host, kinds = self._snapshot(flatten(state))
+        host, kinds = self._snapshot(flatten(state), donate)
         fut = self._background.submit(self._write_step, step, host, kinds, meta_json)
         self._pending = (step, fut)
 
-    def _snapshot(self, flat: Mapping[str, Any]) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
-        """Host copies of every leaf, large ones copied in parallel (numpy copies drop the GIL)."""
+    def _snapshot(self, flat: Mapping[str, Any], donate: bool = False
+                  ) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
+        """Host copies of every leaf, large ones copied in parallel (numpy copies drop the GIL).
+
+        With ``donate``, numpy leaves in native/little-endian order are used as they are.
+        """
         host, kinds, big = {}, {}, []
         previous, self._buffers = self._buffers, {}
         for path, value in flat.items():
             src, kinds[path] = leaf_to_array(path, value)
             dtype = src.dtype.newbyteorder("<") if src.dtype.byteorder == ">" else src.dtype
+            if donate and isinstance(value, np.ndarray) and src.dtype == dtype and src.flags.c_contiguous:
+                host[path] = src
+                continue
             buf = previous.get(path)
             if buf is None or buf.shape != src.shape or buf.dtype != dtype:
                 buf = np.empty(src.shape, dtype)
@@ -192,8 +206,8 @@ class Checkpointer:
                 np.copyto(buf, src)
         for f in [self._copy_pool.submit(np.copyto, b, s) for b, s in big]:
             f.result()
-        if self.reuse_buffers:
-            self._buffers = host
+        if self.reuse_buffers:  # donated arrays belong to the caller: never reuse them as buffers
+            self._buffers = {p: b for p, b in host.items() if not (donate and b is flat.get(p))}
         return host, kinds
 
     def _write_step(self, step: int, host: Dict[str, np.ndarray], kinds: Dict[str, str],
