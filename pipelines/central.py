@@ -239,11 +239,7 @@ class CentralTrainer(Trainer):
         self.ckpt.wait()
         summary = self._finish_stacked(start)
         summary["inference"] = self.server.stats()
-        self.ckpt.close()
-        self.best_ckpt.close()
-        if self.async_quantizer is not None:
-            self.async_quantizer.close()
-        self.log.close()
+        self._shutdown()
         return summary
 
 

@@ -287,12 +287,16 @@ class Trainer:
         self._checkpoint()
         self.ckpt.wait()
         summary = self._finish(f.start, f.lags)
+        self._shutdown()
+        return summary
+
+    def _shutdown(self) -> None:
+        """Close checkpointers (waiting for their writes), the quantizer thread and the metrics log."""
         self.ckpt.close()
         self.best_ckpt.close()
         if self.async_quantizer is not None:
             self.async_quantizer.close()
         self.log.close()
-        return summary
 
     def _submit_actor(self, f: "_Flight", a: int) -> None:
         cfg = self.cfg
