@@ -35,7 +35,10 @@ setup(
         "grpcio>=1.60",             # SEED central inference: bidi streaming, raw numpy bytes (core.inference)
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout", "dm-control>=1.0.50", "mujoco>=3.17,<4"],  # dmc tests run in CI (~10 s install)
+        # Everything the test suite exercises, so a fresh machine runs all of it: dm_control tests
+        # (~10 s install), the Atari adapter (ROMs ship in the ale-py wheel), xarray snapshot views.
+        "test": ["pytest>=8", "pytest-timeout", "dm-control>=1.0.50", "mujoco>=3.17,<4", "ale-py>=0.12",
+                 "xarray"],
         "atari": ["ale-py>=0.12"],
         "dmc": ["dm-control>=1.0.50", "mujoco>=3.17,<4"],
         "dataflow": ["apache-beam[gcp]>=2.77"],
