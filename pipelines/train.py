@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dask-address", metavar="tcp://HOST:PORT",
                    help="join an existing Dask scheduler instead of starting a LocalCluster")
     p.add_argument("--run-dir", metavar="PATH_OR_URL",
-                   help="where the run is written: a local path or fsspec URL (default: runs/<name>)")
+                   help="where the run is written: a local path or fsspec URL (default: runs/<name>, or "
+                        "runs/<name>-N when earlier runs hold it; an explicit directory that already holds a "
+                        "run is refused unless --resume)")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue RUN_DIR from its latest complete checkpoint and replay log version "
                         "(uses the config saved in RUN_DIR unless --config is given)")
@@ -84,6 +86,18 @@ def resolve_config(args: argparse.Namespace):
             data = json.load(f)
         return config_lib.from_dict(config_lib.apply_overrides(data, overrides))
     return config_lib.load_config(args.config, overrides)
+
+
+def default_run_dir(name: str) -> str:
+    """``runs/<name>``, or ``runs/<name>-2``, ``-3``, ... if earlier runs hold those (never overwrite a run)."""
+    base = os.path.join("runs", name)
+    candidate, n = base, 1
+    while os.path.exists(os.path.join(candidate, "config.json")):
+        n += 1
+        candidate = f"{base}-{n}"
+    if candidate != base:
+        print(f"{base} holds an earlier run; writing this one to {candidate}", file=sys.stderr)
+    return candidate
 
 
 def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
@@ -135,7 +149,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # Unknown options are Beam pipeline options (--runner, --project, ...): passed through untouched.
     args, pipeline_args = build_parser().parse_known_args(argv)
     cfg = resolve_config(args)
-    run_dir = args.resume or args.run_dir or cfg.run_dir or os.path.join("runs", cfg.name)
+    run_dir = args.resume or args.run_dir or cfg.run_dir or default_run_dir(cfg.name)
     summary = train(cfg, run_dir, progress=not args.no_progress, resume=bool(args.resume),
                     pipeline_args=pipeline_args, offline_dataset=args.offline_dataset)
     print_summary(summary)

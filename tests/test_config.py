@@ -86,3 +86,13 @@ def test_train_cli_bad_input_exits_2_with_one_line(args, fragment):
     assert "Traceback" not in proc.stderr
     lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
     assert len(lines) == 1 and lines[0].startswith(fragment), proc.stderr
+
+
+def test_default_run_dir_never_reuses_an_earlier_run(tmp_path, monkeypatch):
+    from pipelines.train import default_run_dir
+    monkeypatch.chdir(tmp_path)
+    assert default_run_dir("cartpole-dqn") == "runs/cartpole-dqn"
+    for d in ("runs/cartpole-dqn", "runs/cartpole-dqn-2"):
+        (tmp_path / d).mkdir(parents=True)
+        (tmp_path / d / "config.json").write_text("{}")
+    assert default_run_dir("cartpole-dqn") == "runs/cartpole-dqn-3"
