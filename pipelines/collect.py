@@ -18,9 +18,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-import numpy as np
-
 from pipelines.cli import cli_errors, print_table
+from pipelines.evaluate import policy_payload
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,37 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _calibration(learner, builder, env_id: str, seed: int) -> np.ndarray:
-    """Observations of the policy's own greedy episodes, for int8-full calibration."""
-    from core.envs import env_spec, make_vector_env
-    from core.exploration import SELECTORS, greedy_params
-    select, spec = SELECTORS[builder.action_selector], env_spec(env_id)
-    envs, obs = make_vector_env(env_id, 8, seed)
-    rows = [obs]
-    for _ in range(63):
-        out = learner.policy_model(obs.reshape(8, -1).astype(np.float32)).numpy()
-        action, _ = select(out, greedy_params(builder.action_selector), np.random.default_rng(0), spec)
-        obs, *_ = envs.step(action)
-        rows.append(obs)
-    envs.close()
-    return np.concatenate(rows).reshape(len(rows) * 8, -1).astype(np.float32)
-
-
-def policy_payload(run_dir: str, which: str, precision: str, seed: int):
-    """``(cfg, builder, payload, label)`` of a trained run's policy at ``precision``."""
-    from core.agents.registry import get_builder
-    from core.envs import env_spec
-    from core.quantize import PolicyQuantizer
-    from pipelines.evaluate import load_policy_params
-    cfg, params, label = load_policy_params(run_dir, which)
-    builder = get_builder(cfg.agent.algo)
-    learner = builder.make_learner(env_spec(cfg.env.id), cfg.agent, cfg.seed)
-    learner.restore({**learner.state(), "params": params})
-    calib = _calibration(learner, builder, cfg.env.id, seed) if precision == "int8-full" else None
-    payload = PolicyQuantizer(precision).quantize(learner.policy_model, version=1, calibration_obs=calib)
-    return cfg, builder, payload, label
-
-
 def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynamic", executor: str = "local",
             checkpoint: str = "best", epsilon: float = 0.0, num_actors: int = 2, num_envs: int = 8,
             steps_per_task: int = 64, seed: int = 424_242, progress: bool = True) -> Dict[str, Any]:
@@ -89,7 +57,7 @@ def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynami
     fs, path = urls.resolve(out)
     if fs.exists(path) and fs.ls(path, detail=False):
         raise DatasetError(f"--out {out} already exists and is not empty; valid: a new, absent or empty folder")
-    cfg, builder, payload, label = policy_payload(run_dir, checkpoint, precision, seed)
+    cfg, builder, payload, label = policy_payload(run_dir, checkpoint, precision, seed, version=1)
     store = ReplayStore.open_or_create(out, env_id=cfg.env.id)
     ex = make_executor(executor, cfg)
     start = time.time()

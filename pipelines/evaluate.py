@@ -68,34 +68,49 @@ def load_policy_params(run_dir: str, which: str):
     return cfg, state["learner"]["params"], f"checkpoint step {step}"
 
 
+def _calibration(learner, builder, env_id: str, seed: int) -> np.ndarray:
+    """Observations of the policy's own greedy episodes (8 envs x 64 steps), for int8-full calibration."""
+    from core.envs import env_spec, make_vector_env
+    from core.exploration import SELECTORS, greedy_params
+    select, spec = SELECTORS[builder.action_selector], env_spec(env_id)
+    envs, obs = make_vector_env(env_id, 8, seed)
+    rows = [obs]
+    for _ in range(63):
+        out = learner.policy_model(obs.reshape(8, -1).astype(np.float32)).numpy()
+        action, _ = select(out, greedy_params(builder.action_selector), np.random.default_rng(0), spec)
+        obs, *_ = envs.step(action)
+        rows.append(obs)
+    envs.close()
+    return np.concatenate(rows).reshape(len(rows) * 8, -1).astype(np.float32)
+
+
+def policy_payload(run_dir: str, which: str, precision: Optional[str], seed: int, version: int = 0):
+    """``(cfg, builder, payload, label)``: a trained run's policy at ``precision`` (default: the run's).
+
+    ``seed`` seeds the greedy episodes that calibrate ``int8-full``.
+    """
+    from core.agents.registry import get_builder
+    from core.envs import env_spec
+    from core.quantize import PolicyQuantizer
+    cfg, params, label = load_policy_params(run_dir, which)
+    precision = precision or cfg.actors.precision
+    builder = get_builder(cfg.agent.algo)
+    learner = builder.make_learner(env_spec(cfg.env.id), cfg.agent, cfg.seed)
+    learner.restore({**learner.state(), "params": params})
+    calib = _calibration(learner, builder, cfg.env.id, seed) if precision == "int8-full" else None
+    payload = PolicyQuantizer(precision).quantize(learner.policy_model, version=version, calibration_obs=calib)
+    return cfg, builder, payload, label
+
+
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.episodes < 1:
         print("error: --episodes must be >= 1", file=sys.stderr)
         return 2
-    from core.agents.registry import get_builder
-    from core.envs import env_spec, make_vector_env
     from core.evaluation import evaluate_payload
-    from core.quantize import PolicyQuantizer
-    cfg, params, label = load_policy_params(args.run_dir, args.checkpoint)
-    precision = args.precision or cfg.actors.precision
-    builder = get_builder(cfg.agent.algo)
-    learner = builder.make_learner(env_spec(cfg.env.id), cfg.agent, cfg.seed)
-    learner.restore({**learner.state(), "params": params})
-    calib = None
-    if precision == "int8-full":  # calibrate on observations of the policy's own episodes
-        from core.exploration import SELECTORS, greedy_params
-        select, spec = SELECTORS[builder.action_selector], env_spec(cfg.env.id)
-        envs, obs = make_vector_env(cfg.env.id, 8, args.seed + 1)
-        rows = [obs]
-        for _ in range(63):
-            out = learner.policy_model(obs.reshape(8, -1).astype(np.float32)).numpy()
-            action, _ = select(out, greedy_params(builder.action_selector), np.random.default_rng(0), spec)
-            obs, *_ = envs.step(action)
-            rows.append(obs)
-        calib = np.concatenate(rows).reshape(len(rows) * 8, -1).astype(np.float32)
-    payload = PolicyQuantizer(precision).quantize(learner.policy_model, version=0, calibration_obs=calib)
+    cfg, builder, payload, label = policy_payload(args.run_dir, args.checkpoint, args.precision, args.seed + 1)
+    precision = payload.precision
     returns = evaluate_payload(payload, cfg.env.id, args.episodes, seed=args.seed,
                                selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps)
     print_table(["run", "parameters", "precision", "episodes", "mean return", "std", "min", "max", "payload bytes"],
