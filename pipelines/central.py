@@ -295,12 +295,8 @@ class _Result:
 def train_central(cfg, run_dir: str, progress: bool = True, resume: bool = False) -> Dict[str, Any]:
     """Run one central-inference training job (local or Dask executor); returns the summary."""
     from core.config import ConfigError
-    from pipelines.executors import make_executor
+    from pipelines.executors import run_with_executor
     if cfg.executor not in ("local", "dask"):
         raise ConfigError(f"inference 'central' runs on executor local or dask, not {cfg.executor!r} "
                           f"(a Beam round has no long-lived learner to host the inference server)")
-    executor = make_executor(cfg.executor, cfg)
-    try:
-        return CentralTrainer(cfg, run_dir, executor, progress=progress, resume=resume).run()
-    finally:
-        executor.close()
+    return run_with_executor(CentralTrainer, cfg, run_dir, progress, resume)

@@ -117,12 +117,8 @@ def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
         raise ConfigError(f"unrecognized arguments: {' '.join(pipeline_args)} "
                           f"(pipeline options pass through only with --executor beam)")
     from pipelines.driver import Trainer
-    from pipelines.executors import make_executor
-    executor = make_executor(cfg.executor, cfg)
-    try:
-        return Trainer(cfg, run_dir, executor, progress=progress, resume=resume).run()
-    finally:
-        executor.close()
+    from pipelines.executors import run_with_executor
+    return run_with_executor(Trainer, cfg, run_dir, progress, resume)
 
 
 def print_summary(summary: dict) -> None:

@@ -24,6 +24,15 @@ def make_executor(kind: str, cfg):
     raise ValueError(f"unknown executor {kind!r}; valid: local, dask")
 
 
+def run_with_executor(trainer_cls, cfg, run_dir: str, progress: bool = True, resume: bool = False) -> dict:
+    """Start ``cfg.executor``, run ``trainer_cls(cfg, run_dir, executor, ...)``, always close the executor."""
+    executor = make_executor(cfg.executor, cfg)
+    try:
+        return trainer_cls(cfg, run_dir, executor, progress=progress, resume=resume).run()
+    finally:
+        executor.close()
+
+
 def _thread_env(cfg) -> dict:
     # Actors run LiteRT + numpy; one BLAS/OpenMP thread each keeps workers
     # from oversubscribing the cores they share with the learner.
