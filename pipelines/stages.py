@@ -56,7 +56,8 @@ def commit_stage(store, shard_ids: List[str], meta: Dict[str, Any] | None = None
     their data is deleted later by :func:`gc_stage`.
     """
     version = store.commit(list(shard_ids), meta=meta or {})
-    if retention_transitions and store.snapshot(version).num_rows > retention_transitions:
+    # Latest state (cached by the log): no replay of every entry on each commit.
+    if retention_transitions and store.state().rows > retention_transitions:
         version = store.apply_retention(retention_transitions)
     return version
 
