@@ -1,15 +1,22 @@
 """Replay shard write throughput vs np.save (+fsync) and vs raw tensorstore, side by side.
 
 Writes the same arrays (every field of a shard: observation, action, reward,
-..., extras) four ways and reports MB/s of raw (uncompressed) data, median of
-``--repeats`` runs:
+..., extras) five ways and reports MB/s of raw (uncompressed) data, median of
+``--repeats`` runs after one untimed warm-up round:
 
 * ``np.save+fsync``  one .npy per array, fsynced (no compression, no chunks);
 * ``tensorstore``    tensorstore zarr3, same chunks and codecs (bytes/zstd/crc32c),
-                     all array writes in flight at once (the goal's reference);
-* ``ReplayStore``    ``store.write_shard`` (default engine: tensorstore), including
-                     flattening the batches, the episode index and the metadata;
+                     all array writes in flight at once, default ``write`` (the
+                     goal's reference);
+* ``ts no-copy``     the same with ``can_reference_source_data_indefinitely=True``
+                     (tensorstore encodes straight from the caller's arrays);
+* ``ReplayStore``    ``store.write_shard`` (default engine: tensorstore), starting
+                     from the rollout batches: gathering their rows, the episode
+                     index and the metadata are all timed. One store writes
+                     successive shards, as in a run, so its reused buffers are warm;
 * ``ReplayStore/zarr`` the same with the zarr-python engine (used for fsspec URLs).
+
+The batches are laid out as ``core.rollout`` makes them (env-major storage).
 
 Usage::
 
@@ -31,16 +38,23 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from core.replay import ReplayStore  # noqa: E402
 from core.replay.shard_writer import _TensorstoreEngine, concat_rows, episode_segments  # noqa: E402
-from core.trajectory import TrajectoryBatch, make_episode_id  # noqa: E402
+from core.trajectory import TrajectoryBatch, make_episode_id, step_buffer  # noqa: E402
 
 
 def make_batches(kind: str, rows: int, envs: int = 8, steps: int = 128, seed: int = 0):
-    """Rollout batches [steps, envs, ...]; Atari frames are compressible, game-like images."""
+    """Rollout batches [steps, envs, ...], stored env-major as ``core.rollout`` stores them
+    (``trajectory.step_buffer``); Atari frames are compressible, game-like images."""
     rng = np.random.default_rng(seed)
     n_batches = max(1, rows // (envs * steps))
     if kind == "atari":
         base = (rng.integers(0, 4, (84, 168)) * 40).astype(np.uint8)
         base = np.repeat(np.repeat(base[::4, ::4], 4, 0), 4, 1)[:84, :168]
+
+    def rollout_layout(value):
+        buf = step_buffer(steps, envs, value.shape[2:], value.dtype)
+        buf[...] = value
+        return buf
+
     out = []
     for b in range(n_batches):
         t = np.arange(steps)[:, None] + b * steps
@@ -51,13 +65,14 @@ def make_batches(kind: str, rows: int, envs: int = 8, steps: int = 128, seed: in
         else:
             obs = rng.standard_normal((steps, envs, 4)).astype(np.float32)
         term = rng.random((steps, envs)) < 0.01
-        out.append(TrajectoryBatch(
+        fields = dict(
             observation=obs, action=rng.integers(0, 6, (steps, envs)).astype(np.int64),
             reward=rng.random((steps, envs)).astype(np.float32), discount=(~term).astype(np.float32),
             terminated=term, truncated=np.zeros_like(term),
             episode_id=make_episode_id(np.arange(envs)[None, :] + b * envs, 0).repeat(steps, 0),
-            step=np.broadcast_to(np.arange(steps, dtype=np.int32)[:, None], (steps, envs)).copy(),
-            policy_version=np.full((steps, envs), b, np.int64), env_id="bench"))
+            step=np.broadcast_to(np.arange(steps, dtype=np.int32)[:, None], (steps, envs)),
+            policy_version=np.full((steps, envs), b, np.int64))
+        out.append(TrajectoryBatch(**{k: rollout_layout(v) for k, v in fields.items()}, env_id="bench"))
     return out
 
 
@@ -70,18 +85,18 @@ def bench_npsave(arrays, root):
             os.fsync(f.fileno())
 
 
-def timed_interleaved(methods, repeats, tmp):
+def timed_interleaved(methods, repeats):
     """Median seconds per method; methods run round-robin so that load on a shared machine
-    affects all of them alike. ``methods``: {label: (setup(root) -> target, fn(target))}."""
+    affects all of them alike. ``methods``: {label: (fn(r), cleanup(r))}, cleanup not timed.
+    Round -1 is an untimed warm-up."""
     times = {label: [] for label in methods}
-    for r in range(repeats):
-        for label, (setup, fn) in methods.items():
-            root = os.path.join(tmp, f"{label.replace('/', '-')}-{r}")
-            target = setup(root)  # not timed: e.g. creating the (empty) store
+    for r in range(-1, repeats):
+        for label, (fn, cleanup) in methods.items():
             t0 = time.perf_counter()
-            fn(target)
-            times[label].append(time.perf_counter() - t0)
-            shutil.rmtree(root, ignore_errors=True)
+            fn(r)
+            if r >= 0:
+                times[label].append(time.perf_counter() - t0)
+            cleanup(r)
     return {label: statistics.median(t) for label, t in times.items()}
 
 
@@ -92,36 +107,49 @@ def run(kind: str, rows: int, repeats: int, threads: int, chunk_bytes: int, tmp:
     nbytes = sum(a.nbytes for a in concat_rows(batches).values())
     engine = _TensorstoreEngine(threads)
 
-    def store(eng):
-        return lambda root: ReplayStore.open_or_create(root, env_id="bench", engine=eng, threads=threads,
-                                                       chunk_bytes=chunk_bytes)
-    write = lambda s: s.write_shard("r000000-g0000", batches)  # noqa: E731
+    def scratch(label):
+        return lambda r: os.path.join(tmp, f"{label}-{r}")
+
+    def in_scratch(label, fn):
+        path = scratch(label)
+        return lambda r: fn(path(r)), lambda r: shutil.rmtree(path(r), ignore_errors=True)
+
+    def into_store(eng):
+        store = ReplayStore.open_or_create(os.path.join(tmp, f"store-{eng}"), env_id="bench", engine=eng,
+                                           threads=threads, chunk_bytes=chunk_bytes)
+        return (lambda r: store.write_shard(f"s{r + 1:08d}", batches),
+                lambda r: store.writer.remove(f"s{r + 1:08d}"))   # uncommitted: never visible
+
     return nbytes, timed_interleaved({
-        "np.save+fsync": (lambda root: root, lambda root: bench_npsave(arrays, root)),
-        "tensorstore": (lambda root: root, lambda root: engine.write_all(root, arrays, chunk_bytes, 3)),
-        "ReplayStore": (store("tensorstore"), write),
-        "ReplayStore/zarr": (store("zarr"), write),
-    }, repeats, tmp)
+        "np.save+fsync": in_scratch("npy", lambda root: bench_npsave(arrays, root)),
+        "tensorstore": in_scratch("ts", lambda root: engine.write_all(root, arrays, chunk_bytes, 3)),
+        "ts no-copy": in_scratch("ts-ref", lambda root: engine.write_all(root, arrays, chunk_bytes, 3,
+                                                                           referenced=True)),
+        "ReplayStore": into_store("tensorstore"),
+        "ReplayStore/zarr": into_store("zarr"),
+    }, repeats)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="large sizes (20k frames, 1M CartPole steps)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--chunk-bytes", type=int, default=4 << 20)
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per method (median reported)")
+    parser.add_argument("--threads", type=int, default=2, help="encoder threads of every tensorstore writer")
+    parser.add_argument("--chunk-bytes", type=int, default=4 << 20, help="raw bytes per chunk, all methods")
     parser.add_argument("--dir", default=None, help="scratch folder (default: a temp dir)")
     args = parser.parse_args(argv)
     sizes = {"atari": 20_480 if args.full else 4_096, "cartpole": 1_048_576 if args.full else 131_072}
     tmp = tempfile.mkdtemp(dir=args.dir, prefix="replay-write-")
     print(f"{'data':<10}{'rows':>9}{'MB':>8}  " + "".join(f"{m:>18}" for m in
-          ("np.save+fsync", "tensorstore", "ReplayStore", "ReplayStore/zarr")) + f"{'RS/ts':>8}{'RS/npy':>8}")
+          ("np.save+fsync", "tensorstore", "ts no-copy", "ReplayStore", "ReplayStore/zarr"))
+          + f"{'RS/ts':>8}{'RS/ts-nc':>10}{'RS/npy':>8}")
     try:
         for kind, rows in sizes.items():
             nbytes, res = run(kind, rows, args.repeats, args.threads, args.chunk_bytes, tmp)
             mbs = {k: nbytes / t / 1e6 for k, t in res.items()}
             print(f"{kind:<10}{rows:>9}{nbytes / 1e6:>8.1f}  " + "".join(f"{mbs[m]:>13.0f} MB/s" for m in mbs)
-                  + f"{mbs['ReplayStore'] / mbs['tensorstore']:>8.2f}{mbs['ReplayStore'] / mbs['np.save+fsync']:>8.2f}",
+                  + f"{mbs['ReplayStore'] / mbs['tensorstore']:>8.2f}{mbs['ReplayStore'] / mbs['ts no-copy']:>10.2f}"
+                  + f"{mbs['ReplayStore'] / mbs['np.save+fsync']:>8.2f}",
                   flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -31,7 +31,7 @@ import numpy as np
 
 from core.envs import env_spec, make_vector_env
 from core.exploration import SELECTORS, epsilon_greedy, make_carry  # noqa: F401  (re-exported)
-from core.trajectory import TrajectoryBatch, make_episode_id
+from core.trajectory import TrajectoryBatch, make_episode_id, step_buffer
 
 #: Episodes an env may start within one task before ids could collide.
 _EPISODES_PER_TASK = 1 << 10
@@ -115,14 +115,15 @@ def rollout(state: ActorState, payload, task_index: int, num_steps: int,
     state.set_policy(payload)
     rng = np.random.default_rng([spec.seed, spec.actor_id, task_index, 1])
     e, t = spec.num_envs, num_steps
-    obs_buf = np.empty((t, e) + state.obs.shape[1:], state.obs.dtype)
+    # [T, E] buffers stored env-major: the order shards store rows in (trajectory.step_buffer).
+    obs_buf = step_buffer(t, e, state.obs.shape[1:], state.obs.dtype)
     act_buf: Optional[np.ndarray] = None
     extras: Dict[str, np.ndarray] = {}
-    rew_buf = np.zeros((t, e), np.float32)
-    term_buf = np.zeros((t, e), bool)
-    trunc_buf = np.zeros((t, e), bool)
-    ep_buf = np.zeros((t, e), np.int64)
-    step_buf = np.zeros((t, e), np.int32)
+    rew_buf = step_buffer(t, e, (), np.float32, fill=0)
+    term_buf = step_buffer(t, e, (), bool, fill=False)
+    trunc_buf = step_buffer(t, e, (), bool, fill=False)
+    ep_buf = step_buffer(t, e, (), np.int64, fill=0)
+    step_buf = step_buffer(t, e, (), np.int32, fill=0)
     returns: List[float] = []
     lengths: List[int] = []
     if state.counted_task != task_index:
@@ -143,8 +144,8 @@ def rollout(state: ActorState, payload, task_index: int, num_steps: int,
         action, extra = state.select(out, explore, rng, state.env_spec)
         extra = {**extra, **carried} if carried else extra
         if act_buf is None:
-            act_buf = np.zeros((t,) + action.shape, action.dtype)
-            extras = {k: np.zeros((t,) + v.shape, v.dtype) for k, v in extra.items()}
+            act_buf = step_buffer(t, e, action.shape[1:], action.dtype, fill=0)
+            extras = {k: step_buffer(t, e, v.shape[1:], v.dtype, fill=0) for k, v in extra.items()}
         obs_buf[i] = obs
         # Last rows carry padding (the env resets and ignores the action).
         act_buf[i] = np.where(last.reshape((e,) + (1,) * (action.ndim - 1)), 0, action)
@@ -176,9 +177,9 @@ def rollout(state: ActorState, payload, task_index: int, num_steps: int,
     seconds = time.perf_counter() - start
     batch = TrajectoryBatch(
         observation=obs_buf, action=act_buf, reward=rew_buf,
-        discount=np.where(term_buf, 0.0, 1.0).astype(np.float32),
+        discount=(~term_buf).astype(np.float32),  # order 'K': stays env-major
         terminated=term_buf, truncated=trunc_buf, episode_id=ep_buf, step=step_buf,
-        policy_version=np.full((t, e), payload.version, np.int64), extras=extras,
+        policy_version=step_buffer(t, e, (), np.int64, fill=payload.version), extras=extras,
         env_id=spec.env_id, actor_id=spec.actor_id,
         task_id=f"a{spec.actor_id:04d}-t{task_index:07d}", seed=spec.seed)
     stats = RolloutStats(spec.actor_id, task_index, t * e, payload.version, returns, lengths,

@@ -21,7 +21,11 @@ stored twice:
   ``(episode_id, step + 1)``, wherever it is stored; this is how episodes span
   shard boundaries.
 
-A batch is time-major: every field has shape ``[T, E, ...]``.
+A batch is indexed time-major: every field has shape ``[T, E, ...]``. Producers
+allocate fields with ``step_buffer``, which *stores* them env-major (each env's
+steps contiguous in memory), the order shards store rows in; writing a shard
+is then a plain memory copy instead of a transposing one. Pickling keeps that
+layout (see ``TrajectoryBatch.__getstate__``).
 """
 from __future__ import annotations
 
@@ -42,6 +46,23 @@ CORE_FIELDS: Dict[str, object] = {
     "step": np.int32,
     "policy_version": np.int64,
 }
+
+
+def step_buffer(num_steps: int, num_envs: int, row_shape: tuple = (), dtype=np.float32,
+                fill=None) -> np.ndarray:
+    """A ``[T, E, *row_shape]`` array stored env-major; ``fill=None`` leaves it uninitialized.
+
+    Index and assign it like any time-major array (``buf[t] = obs``); only the
+    memory order differs.
+    """
+    shape = (num_envs, num_steps, *row_shape)
+    buf = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+    return buf.swapaxes(0, 1)
+
+
+def is_env_major(value: np.ndarray) -> bool:
+    """Whether a ``[T, E, ...]`` array is stored env-major (as ``step_buffer`` makes it)."""
+    return value.ndim >= 2 and np.swapaxes(value, 0, 1).flags.c_contiguous and not value.flags.c_contiguous
 
 
 def make_episode_id(stream_id: int | np.ndarray, counter: int | np.ndarray) -> np.ndarray:
@@ -102,6 +123,22 @@ class TrajectoryBatch:
         out.update({f"extras/{k}": v for k, v in self.extras.items()})
         return out
 
+    def __getstate__(self) -> dict:
+        """Pickle env-major fields as their contiguous ``[E, T, ...]`` storage: numpy would
+        otherwise pickle a ``[T, E, ...]`` view in C order, i.e. transposed to time-major."""
+        state = dict(self.__dict__, extras=dict(self.extras))
+        env_major = [name for name, v in self.fields().items() if is_env_major(v)]
+        for name in env_major:
+            _set_field(state, name, np.swapaxes(_get_field(state, name), 0, 1))
+        state["_env_major"] = env_major
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        for name in state.pop("_env_major", []):
+            _set_field(state, name, np.swapaxes(_get_field(state, name), 0, 1))
+        self.__dict__.update(state)
+
     def flat_rows(self) -> Dict[str, np.ndarray]:
         """Fields flattened env-major to ``[E * T, ...]``: each env's steps contiguous."""
         return {name: np.ascontiguousarray(np.swapaxes(v, 0, 1)).reshape((-1,) + v.shape[2:])
@@ -110,3 +147,14 @@ class TrajectoryBatch:
     @property
     def nbytes(self) -> int:
         return int(sum(v.nbytes for v in self.fields().values()))
+
+
+def _get_field(state: dict, name: str) -> np.ndarray:
+    return state["extras"][name[len("extras/"):]] if name.startswith("extras/") else state[name]
+
+
+def _set_field(state: dict, name: str, value: np.ndarray) -> None:
+    if name.startswith("extras/"):
+        state["extras"][name[len("extras/"):]] = value
+    else:
+        state[name] = value

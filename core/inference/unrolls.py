@@ -85,7 +85,8 @@ class UnrollAssembler:
 
     def _emit(self) -> TrajectoryBatch:
         rows, self.rows = self.rows[:self.length], self.rows[self.length:]
-        col = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+        # [T, E] views of env-major storage, the order shards store rows in (trajectory.step_buffer).
+        col = {k: np.stack([r[k] for r in rows], axis=1).swapaxes(0, 1) for k in rows[0]}
         extras = {k.split("/", 1)[1]: v for k, v in col.items() if k.startswith("extras/")}
         batch = TrajectoryBatch(
             observation=col["observation"], action=col["action"], reward=col["reward"], discount=col["discount"],

@@ -28,12 +28,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from core import urls
-from core.trajectory import TrajectoryBatch
+from core.trajectory import CORE_FIELDS, TrajectoryBatch
+from core.replay.buffers import BufferPool
 from core.replay.schema import (ATTRS_KEY, END_CONTINUES, END_TERMINATED, END_TRUNCATED,
                                 EPISODES_GROUP, SCHEMA_VERSION, ReplayError, ShardInfo)
 
@@ -60,108 +61,93 @@ def concat_rows(batches: Sequence[TrajectoryBatch]) -> Dict[str, np.ndarray]:
     return out
 
 
-#: Fields kept whole in memory while writing: the episode index and attributes need them.
-_INDEX_FIELDS = ("reward", "terminated", "truncated", "episode_id", "step", "policy_version")
-#: Rows at least this large (e.g. image frames) are copied per env, without an intermediate copy.
-_BIG_ROW_BYTES = 1024
+def field_values(batches: Sequence[TrajectoryBatch]) -> Dict[str, List[np.ndarray]]:
+    """``{field: [value of batch 0, value of batch 1, ...]}``, fields in schema order.
 
-
-class _Shape:
-    """Shape and dtype of an array that is not allocated yet (for chunk_rows)."""
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-
-    @property
-    def nbytes(self) -> int:
-        return self.shape[0] * self.row_bytes
-
-    @property
-    def row_bytes(self) -> int:
-        return self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
-
-
-class _ChunkStream:
-    """Streams env-major rows of large fields through a few reused chunk-sized buffers.
-
-    Copying a whole field into one fresh array costs a page fault per 4 KiB
-    (slower than the copy itself for frames); reusing ``depth`` hot buffers
-    avoids that. A buffer is reused once the engine has copied it out
-    (tensorstore's ``WriteFutures.copy``).
+    Checks that every batch has the same fields; dtypes and row shapes are checked
+    where the values are copied (``_copy_rows``), by numpy, at no extra cost.
     """
-
-    def __init__(self, engine, handle, shape, dtype, chunk_bytes: int, futures: list, depth: int = 4):
-        self.engine, self.handle, self.futures, self.depth = engine, handle, futures, depth
-        self.rows_per_chunk = chunk_rows(_Shape(shape, dtype), chunk_bytes)
-        self.row_shape, self.dtype = tuple(shape[1:]), np.dtype(dtype)
-        self.free: List[np.ndarray] = []
-        self.busy: List[Tuple[np.ndarray, Any]] = []
-        self.buf, self.pos, self.lo = self._take(), 0, 0
-
-    def _take(self) -> np.ndarray:
-        if self.free:
-            return self.free.pop()
-        if len(self.busy) >= self.depth:
-            buf, fut = self.busy.pop(0)
-            if fut is not None:
-                fut.copy.result()
-            return buf
-        return np.empty((self.rows_per_chunk, *self.row_shape), self.dtype)
-
-    def _flush(self) -> None:
-        if not self.pos:
-            return
-        fut = self.engine.write(self.handle, self.lo, self.buf[:self.pos])
-        self.futures.append(fut)
-        self.busy.append((self.buf, fut))
-        self.lo += self.pos
-        self.buf, self.pos = self._take(), 0
-
-    def feed_all(self, values: List[np.ndarray]) -> None:
-        """Write ``values`` ([T, E, ...] each) as env-major rows, then flush the last chunk."""
-        row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
-        if row_bytes >= _BIG_ROW_BYTES:  # per env: a strided view, no intermediate copy
-            blocks = (value[:, e] for value in values for e in range(value.shape[1]))
-        else:  # small rows: one reshaping copy per run of batches (per-call overhead dominates)
-            blocks = (np.swapaxes(np.stack(run), 1, 2).reshape(-1, *self.row_shape)
-                      for run in _runs(values, max_bytes=1 << 20))
-        for block in blocks:
-            i = 0
-            while i < len(block):
-                take = min(len(block) - i, self.rows_per_chunk - self.pos)
-                self.buf[self.pos:self.pos + take] = block[i:i + take]
-                self.pos += take
-                i += take
-                if self.pos == self.rows_per_chunk:
-                    self._flush()
-        self._flush()
-
-
-def field_specs(batches: Sequence[TrajectoryBatch]) -> Dict[str, Tuple[np.dtype, tuple]]:
-    """``{field: (dtype, row_shape)}``, checked to agree across batches."""
     if not batches:
         raise ReplayError("a shard needs at least one TrajectoryBatch; got none")
-    specs = {n: (v.dtype, v.shape[2:]) for n, v in batches[0].fields().items()}
-    for i, b in enumerate(batches[1:], 1):
-        other = {n: (v.dtype, v.shape[2:]) for n, v in b.fields().items()}
-        if other != specs:
-            diff = sorted(set(specs.items()) ^ set(other.items()), key=str)
-            raise ReplayError(f"batch {i} of a shard differs from batch 0 in fields/dtypes/shapes: {diff}")
-    return specs
+    extras = list(batches[0].extras)
+    for i, b in enumerate(batches):
+        if list(b.extras) != extras:
+            raise ReplayError(f"batch {i} has extras {sorted(b.extras)}, batch 0 has {sorted(extras)};"
+                              " all batches of a shard need the same fields")
+    out = {name: [getattr(b, name) for b in batches] for name in CORE_FIELDS}
+    out.update({f"extras/{k}": [b.extras[k] for b in batches] for k in extras})
+    return out
 
 
-def _runs(values: List[np.ndarray], max_bytes: int) -> List[List[np.ndarray]]:
-    """Consecutive values of equal shape, in runs of at most ``max_bytes`` (a big value runs alone)."""
-    runs: List[List[np.ndarray]] = []
-    size = 0
-    for v in values:
-        if runs and v.shape == runs[-1][0].shape and size + v.nbytes <= max_bytes:
-            runs[-1].append(v)
-            size += v.nbytes
-        else:
-            runs.append([v])
-            size = v.nbytes
+#: Fields the episode index is computed from (copied first).
+_SEGMENT_FIELDS = ("reward", "terminated", "truncated", "episode_id", "step")
+#: Raw bytes of the widest field copied per numpy call: large enough that per-call overhead
+#: does not dominate small rows, small enough that chunks start compressing early.
+_RUN_BYTES = 1 << 20
+
+
+def batch_runs(shapes: Sequence[Tuple[int, int]], max_rows: int) -> List[Tuple[int, int]]:
+    """``[lo, hi)`` ranges of consecutive batches with equal ``[T, E]`` and at most ``max_rows`` rows
+    together (a batch larger than that runs alone): each run is copied with one numpy call."""
+    runs: List[Tuple[int, int]] = []
+    lo, rows = 0, 0
+    for i, shape in enumerate(shapes):
+        n = shape[0] * shape[1]
+        if i > lo and (shape != shapes[lo] or rows + n > max_rows):
+            runs.append((lo, i))
+            lo, rows = i, 0
+        rows += n
+    runs.append((lo, len(shapes)))
     return runs
+
+
+def _copy_rows(name: str, values: Sequence[np.ndarray], runs, out: np.ndarray, per_chunk: int,
+               on_chunks: Callable[[int, np.ndarray], None]) -> None:
+    """Copy ``values`` ([T, E, ...] each) env-major into ``out`` ([sum of T * E, ...]).
+
+    Each run is one ``np.stack`` straight into a transposed view of ``out`` (one
+    copy, no intermediate; a plain memory copy for batches stored env-major, see
+    ``trajectory.step_buffer``); ``casting="no"`` makes numpy check dtypes and
+    shapes as it goes. ``on_chunks(lo, rows)`` is called for every newly
+    completed stretch of whole ``per_chunk``-row chunks, so the engine
+    compresses them while later runs are still being copied; ``out`` is not
+    modified there again.
+    """
+    offset = written = 0
+    for lo, hi in runs:
+        T, E = values[lo].shape[:2]
+        n = (hi - lo) * T * E
+        target = out[offset:offset + n].reshape(hi - lo, E, T, *out.shape[1:]).swapaxes(1, 2)
+        try:
+            np.stack(values[lo:hi], out=target, casting="no")
+        except (TypeError, ValueError):
+            raise ReplayError(_mismatch(name, values, out.dtype, out.shape[1:])) from None
+        offset += n
+        ready = offset if offset == len(out) else offset // per_chunk * per_chunk
+        if ready > written:
+            on_chunks(written, out[written:ready])
+            written = ready
+
+
+def _wait_all(futures: Sequence[Any]) -> None:
+    """Wait for every future (None: a synchronous write); then raise the first error, if any."""
+    error = None
+    for f in futures:
+        if f is not None:
+            try:
+                f.result()
+            except BaseException as e:  # noqa: B036 - re-raised below
+                error = error or e
+    if error is not None:
+        raise error
+
+
+def _mismatch(name: str, values: Sequence[np.ndarray], dtype, row_shape: tuple) -> str:
+    for i, v in enumerate(values):
+        if v.dtype != dtype or v.shape[2:] != tuple(row_shape):
+            return (f"field {name!r} of batch {i} is {v.dtype}{list(v.shape[2:])}, batch 0's is"
+                    f" {np.dtype(dtype)}{list(row_shape)}; all batches of a shard need the same dtypes/shapes")
+    return f"field {name!r}: batches do not stack (shapes {sorted({v.shape for v in values})})"
 
 
 def episode_segments(rows: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -170,29 +156,35 @@ def episode_segments(rows: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     A new segment starts at row i when the episode id changes, the step is not
     the previous step + 1, or row i-1 was the last row of its episode.
     """
-    ep, step = rows["episode_id"], rows["step"]
-    last = rows["terminated"] | rows["truncated"]
-    boundary = np.ones(len(ep), bool)
-    boundary[1:] = (ep[1:] != ep[:-1]) | (step[1:] != step[:-1] + 1) | last[:-1]
+    ep, step, term, trunc = rows["episode_id"], rows["step"], rows["terminated"], rows["truncated"]
+    boundary = np.empty(len(ep), bool)
+    boundary[:1] = True
+    b = boundary[1:]
+    np.not_equal(ep[1:], ep[:-1], out=b)
+    b |= step[1:] != step[:-1] + 1
+    b |= term[:-1]
+    b |= trunc[:-1]
     start = np.flatnonzero(boundary)
-    length = np.diff(np.append(start, len(ep)))
+    length = np.diff(start, append=len(ep))
     end_row = start + length - 1
-    end = np.where(rows["terminated"][end_row], END_TERMINATED,
-                   np.where(rows["truncated"][end_row], END_TRUNCATED, END_CONTINUES))
+    end = np.where(term[end_row], END_TERMINATED, np.where(trunc[end_row], END_TRUNCATED, END_CONTINUES))
     return {
         "episode_id": ep[start].astype(np.int64),
         "start": start.astype(np.int64),
         "length": length.astype(np.int64),
         "first_step": step[start].astype(np.int64),
-        "return": np.add.reduceat(rows["reward"].astype(np.float64), start),
+        "return": np.add.reduceat(rows["reward"], start, dtype=np.float64) if len(start) else np.zeros(0),
         "end": end.astype(np.int8),
     }
 
 
-def chunk_rows(arr, chunk_bytes: int) -> int:
-    """Rows per chunk so that a chunk holds about ``chunk_bytes`` of raw data (``arr``: shape+dtype)."""
-    row_bytes = max(1, np.dtype(arr.dtype).itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
-    return int(max(1, min(arr.shape[0], chunk_bytes // row_bytes)))
+def _row_bytes(shape: tuple, dtype) -> int:
+    return np.dtype(dtype).itemsize * int(np.prod(shape[1:], dtype=np.int64))
+
+
+def chunk_rows(shape: tuple, dtype, chunk_bytes: int) -> int:
+    """Rows per chunk so that a chunk of an array of ``shape``/``dtype`` holds about ``chunk_bytes``."""
+    return int(max(1, min(shape[0], chunk_bytes // max(1, _row_bytes(shape, dtype)))))
 
 
 def _zarr_metadata(shape: tuple, dtype, chunks: int, level: int) -> Dict[str, Any]:
@@ -216,44 +208,68 @@ class _TensorstoreEngine:
         self.ts = ts
         self.context = ts.Context({"data_copy_concurrency": {"limit": threads},
                                    "file_io_concurrency": {"limit": 2 * threads}})
+        # Small arrays (the episode index) get executors of their own, so that creating
+        # them is not queued behind the chunks the large arrays are compressing.
+        self.small_context = ts.Context({"data_copy_concurrency": {"limit": 1},
+                                         "file_io_concurrency": {"limit": 2}})
 
-    def create(self, root: str, specs: Dict[str, Tuple[tuple, np.dtype, int]], level: int) -> Dict[str, Any]:
-        """Create every array at once; returns handles for ``write``."""
-        opens = {name: self.ts.open({
+    def create(self, root: str, specs: Dict[str, Tuple[tuple, np.dtype, int]], level: int,
+               small: bool = False) -> Dict[str, Any]:
+        """Start creating every array; returns ``{name: future}`` whose ``result()`` is the write handle.
+
+        ``small``: the arrays are small (see ``small_context``).
+        """
+        context = self.small_context if small else self.context
+        return {name: self.ts.open({
             "driver": "zarr3", "kvstore": {"driver": "file", "path": f"{root}/{name}/"},
             "metadata": _zarr_metadata(shape, dtype, chunks, level),
-            "create": True, "delete_existing": True}, context=self.context)
+            "create": True, "delete_existing": True}, context=context)
             for name, (shape, dtype, chunks) in specs.items()}
-        return {name: f.result() for name, f in opens.items()}
 
-    def write(self, handle, lo: int, data: np.ndarray):
-        """Start writing chunk-aligned rows ``[lo, lo + len(data))``; returns a future."""
-        return handle[lo:lo + len(data)].write(data)
+    def write(self, handle, lo: int, data: np.ndarray, referenced: bool = False):
+        """Start writing chunk-aligned rows ``[lo, lo + len(data))``; returns a future.
 
-    def write_all(self, root: str, arrays: Dict[str, np.ndarray], chunk_bytes: int, level: int) -> None:
-        """Write whole arrays, all in flight at once (used by the benchmark's reference)."""
-        specs = {n: (a.shape, a.dtype, chunk_rows(a, chunk_bytes)) for n, a in arrays.items()}
-        handles = self.create(root, specs, level)
-        for f in [self.write(handles[n], 0, a) for n, a in arrays.items()]:
+        ``referenced``: the caller never modifies ``data`` again, so tensorstore may
+        encode straight from it instead of copying it first.
+        """
+        return handle[lo:lo + len(data)].write(data, can_reference_source_data_indefinitely=referenced)
+
+    def write_all(self, root: str, arrays: Dict[str, np.ndarray], chunk_bytes: int, level: int,
+                  referenced: bool = False) -> None:
+        """Write whole arrays, all in flight at once (the benchmark's reference)."""
+        specs = {n: (a.shape, a.dtype, chunk_rows(a.shape, a.dtype, chunk_bytes)) for n, a in arrays.items()}
+        handles = {n: f.result() for n, f in self.create(root, specs, level).items()}
+        for f in [self.write(handles[n], 0, a, referenced) for n, a in arrays.items()]:
             f.result()
+
+
+class _Done:
+    """An already-finished future (the zarr engine creates arrays synchronously)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
 
 
 class _ZarrEngine:
     """Writes arrays with zarr-python through an fsspec store (chunks of one write go concurrently)."""
 
-    def create(self, root: str, specs: Dict[str, Tuple[tuple, np.dtype, int]], level: int) -> Dict[str, Any]:
+    def create(self, root: str, specs: Dict[str, Tuple[tuple, np.dtype, int]], level: int,
+               small: bool = False) -> Dict[str, Any]:
         import zarr
         from zarr.storage import StorePath
         from core.replay.shard_reader import zarr_store
         store = zarr_store(root, read_only=False)
-        return {name: zarr.create_array(
+        return {name: _Done(zarr.create_array(
             StorePath(store, name), shape=shape, dtype=dtype, chunks=(chunks, *shape[1:]),
             compressors=[zarr.codecs.ZstdCodec(level=level), zarr.codecs.Crc32cCodec()],
-            fill_value=False if dtype == np.bool_ else 0, overwrite=True)
+            fill_value=False if dtype == np.bool_ else 0, overwrite=True))
             for name, (shape, dtype, chunks) in specs.items()}
 
-    def write(self, handle, lo: int, data: np.ndarray):
-        handle[lo:lo + len(data)] = data
+    def write(self, handle, lo: int, data: np.ndarray, referenced: bool = False):
+        handle[lo:lo + len(data)] = data  # synchronous: nothing is referenced after it returns
         return None
 
 
@@ -290,6 +306,7 @@ class ShardWriter:
         self.fs, self.path = urls.resolve(shards_url)
         self.chunk_bytes, self.zstd_level = chunk_bytes, zstd_level
         self.engine = _engine_for(shards_url, engine, threads)
+        self._buffers = BufferPool()
 
     def remove(self, shard_id: str) -> None:
         """Delete a shard's data, completion marker first."""
@@ -303,65 +320,66 @@ class ShardWriter:
     def write(self, shard_id: str, batches: Sequence[TrajectoryBatch],
               attrs: Optional[Dict[str, Any]] = None) -> ShardInfo:
         """Write (or overwrite) the uncommitted shard ``shard_id``; returns its ShardInfo."""
-        specs = field_specs(batches)
+        values = field_values(batches)
         total = sum(b.size for b in batches)
         if total == 0:
             raise ReplayError(f"shard {shard_id!r} would have no rows; write at least one step")
         self.remove(shard_id)
         root = f"{self.path}/{shard_id}"
         engine_root = root if urls.scheme_of(self.url) == "file" else urls.join(self.url, shard_id)
-        shapes = {n: ((total, *shape), dtype) for n, (dtype, shape) in specs.items()}
-        handles = self.engine.create(
-            engine_root, {n: (shp, dt, chunk_rows(_Shape(shp, dt), self.chunk_bytes)) for n, (shp, dt) in shapes.items()},
-            self.zstd_level)
-        futures, rows, fields = [], {}, [b.fields() for b in batches]
-        for name, (shape, dtype) in shapes.items():
-            if name not in _INDEX_FIELDS:
-                _ChunkStream(self.engine, handles[name], shape, dtype, self.chunk_bytes, futures).feed_all(
-                    [f[name] for f in fields])
-                rows[name] = _Shape(shape, dtype)  # streamed, not kept
-            else:
-                rows[name] = self._fill_streaming(name, fields, shape, dtype, handles[name], futures)
-        segments = episode_segments(rows)
-        seg_specs = {f"{EPISODES_GROUP}/{k}": (v.shape, v.dtype, chunk_rows(v, self.chunk_bytes))
-                     for k, v in segments.items()}
-        seg_handles = self.engine.create(engine_root, seg_specs, self.zstd_level)
-        futures += [self.engine.write(seg_handles[f"{EPISODES_GROUP}/{k}"], 0, v) for k, v in segments.items()]
-        for f in futures:
-            if f is not None:
-                f.result()
-        for group in sorted({n.rsplit("/", 1)[0] for n in [*shapes, *seg_specs] if "/" in n}):
+        specs = {n: ((total, *v[0].shape[2:]), v[0].dtype) for n, v in values.items()}
+        with self._buffers.lease(specs) as rows:  # reused memory: no page faults (core/replay/buffers.py)
+            try:
+                segments = self._write_arrays(engine_root, values, [b.reward.shape[:2] for b in batches], rows)
+            except BaseException:
+                self.remove(shard_id)  # no half-written attempt is left behind (it was never visible)
+                raise
+            info = self._info(shard_id, rows, segments)
+            meta = self._attrs(info, rows, segments, batches, attrs or {})
+            del rows
+        for group in sorted({n.rsplit("/", 1)[0] for n in specs if "/" in n} | {EPISODES_GROUP}):
             self.fs.pipe_file(f"{root}/{group}/zarr.json", json.dumps({**GROUP_JSON, "attributes": {}}).encode())
-        info = self._info(shard_id, rows, segments)
-        meta = self._attrs(info, rows, segments, batches, attrs or {})
         self.fs.pipe_file(f"{root}/zarr.json",
                           json.dumps({**GROUP_JSON, "attributes": {ATTRS_KEY: meta}}).encode())
         return info
 
-    def _fill_streaming(self, name, fields, shape, dtype, handle, futures) -> np.ndarray:
-        """Copy each batch's rows (env-major) into one array, writing whole chunks as they fill.
+    def _write_arrays(self, root: str, values: Dict[str, List[np.ndarray]], batch_shapes,
+                      rows: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Fill ``rows`` (one array per field) from ``values``, writing them and the episode
+        index under ``root``; returns the episode index.
 
-        The engine compresses finished chunks while later batches are copied.
-        Runs of small batches of equal [T, E] are copied with one stacked
-        numpy call (per-call overhead, not bandwidth, bounds small rows).
+        The arrays are created while the first rows are copied. Whole chunks
+        are handed to the engine as they fill, and it compresses them on its own
+        threads, straight from ``rows`` (no copy of its own). The fields the
+        episode index needs come first, so the index is computed, and its arrays
+        created, while the engine compresses; the rest follow largest first.
         """
-        out = np.empty(shape, dtype)
-        per_chunk = chunk_rows(_Shape(shape, dtype), self.chunk_bytes)
-        offset = written = 0
-        for group in _runs([f[name] for f in fields], max_bytes=1 << 20):
-            T, E = group[0].shape[:2]
-            n = len(group) * T * E
-            target = out[offset:offset + n].reshape(len(group), E, T, *shape[1:])
-            if len(group) == 1:
-                target[0] = np.swapaxes(group[0], 0, 1)
-            else:
-                target[...] = np.swapaxes(np.stack(group), 1, 2)
-            offset += n
-            ready = offset if offset == shape[0] else offset // per_chunk * per_chunk
-            if ready > written:
-                futures.append(self.engine.write(handle, written, out[written:ready]))
-                written = ready
-        return out
+        specs = {n: (a.shape, a.dtype, chunk_rows(a.shape, a.dtype, self.chunk_bytes)) for n, a in rows.items()}
+        pending = self.engine.create(root, specs, self.zstd_level)
+        futures: List[Any] = list(pending.values())
+        row_bytes = max(_row_bytes(a.shape, a.dtype) for a in rows.values())
+        runs = batch_runs(batch_shapes, max_rows=max(1, _RUN_BYTES // max(1, row_bytes)))
+
+        def copy(name: str) -> None:
+            def write(lo: int, block: np.ndarray, created=pending[name]) -> None:
+                futures.append(self.engine.write(created.result(), lo, block, referenced=True))
+            _copy_rows(name, values[name], runs, rows[name], specs[name][2], write)
+
+        try:
+            for name in _SEGMENT_FIELDS:
+                copy(name)
+            segments = episode_segments(rows)
+            seg_pending = self.engine.create(root, {
+                f"{EPISODES_GROUP}/{k}": (v.shape, v.dtype, chunk_rows(v.shape, v.dtype, self.chunk_bytes))
+                for k, v in segments.items()}, self.zstd_level, small=True)
+            futures += seg_pending.values()
+            for name in sorted(set(rows) - set(_SEGMENT_FIELDS), key=lambda n: -rows[n].nbytes):
+                copy(name)  # largest first: the last chunks left to compress are the smallest
+            futures += [self.engine.write(seg_pending[f"{EPISODES_GROUP}/{k}"].result(), 0, v, referenced=True)
+                        for k, v in segments.items()]
+        finally:
+            _wait_all(futures)  # even after an error: nothing may still be writing when the caller cleans up
+        return segments
 
     @staticmethod
     def _info(shard_id: str, rows: Dict[str, np.ndarray], segments: Dict[str, np.ndarray]) -> ShardInfo:

@@ -34,11 +34,11 @@ def stall(*args, **kwargs):
 if {where!r} == "mid-arrays":   # start writing 4 blocks of arrays, then hang
     engine, calls = store.writer.engine, []
     real = engine.write
-    def partial(handle, lo, data):
+    def partial(handle, lo, data, **kwargs):
         calls.append(lo)
         if len(calls) > 4:
             stall()
-        return real(handle, lo, data)
+        return real(handle, lo, data, **kwargs)
     engine.write = partial
 else:                          # every array written, completion marker not yet
     shard_writer.ShardWriter._attrs = stall
