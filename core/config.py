@@ -64,9 +64,14 @@ class ReplayConfig:
     shard_target_bytes: int = 4 << 20  # aggregate tasks into shards of about this size ...
     shard_max_rows: int = 0            # ... or flush after this many rows (learner freshness);
                                        # 0 = one round of tasks (num_actors x num_envs x steps), >= 512
-    chunk_bytes: int = 2 << 20
+    chunk_bytes: int = 2 << 20         # raw bytes per stored chunk (zarr), 1 KiB..1 GiB; 1-8 MiB is efficient
+    write_threads: int = 2             # tensorstore encoder threads of the shard writer (the driver's)
     retention_transitions: int = 1_000_000   # FIFO bound of the durable store (0 = keep everything)
     gc_grace_s: float = 600.0          # uncommitted shards older than this are garbage-collected
+
+    def writer_options(self) -> dict:
+        """Shard writer options for ``ReplayStore.open``/``open_or_create``."""
+        return {"chunk_bytes": self.chunk_bytes, "threads": self.write_threads}
 
 
 @dataclasses.dataclass
@@ -146,7 +151,8 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "replay.min_size": (lambda v: v >= 1, ">= 1"),
     "replay.shard_target_bytes": (lambda v: v >= 1024, ">= 1024"),
     "replay.shard_max_rows": (lambda v: v >= 0, ">= 0 (0 = auto)"),
-    "replay.chunk_bytes": (lambda v: v >= 1024, ">= 1024"),
+    "replay.chunk_bytes": (lambda v: 1024 <= v <= 1 << 30, "1024..1073741824 (1 KiB..1 GiB)"),
+    "replay.write_threads": (lambda v: v >= 1, ">= 1"),
     "replay.retention_transitions": (lambda v: v >= 0, ">= 0 (0 = keep everything)"),
     "replay.gc_grace_s": (lambda v: v > 0, "> 0"),
     "learner.replay_ratio": (lambda v: v > 0, "> 0"),

@@ -178,7 +178,8 @@ class CentralTrainer(Trainer):
             if pending and (pending_rows >= self._flush_rows() or ending):
                 shard_id = stages.shard_id_for(self.loop.shard_seq)
                 self.loop.shard_seq += 1
-                info = stages.write_shard_stage(self.store_url, shard_id, [_Result(b) for b in pending])
+                info = stages.write_shard_stage(self.store_url, shard_id, [_Result(b) for b in pending],
+                                                cfg.replay.writer_options())
                 version = stages.commit_stage(self.store, [shard_id], meta={"policy_version": self.loop.policy_version})
                 self.cache.refresh()
                 committed += info["rows"]

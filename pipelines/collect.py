@@ -58,7 +58,7 @@ def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynami
     if fs.exists(path) and fs.ls(path, detail=False):
         raise DatasetError(f"--out {out} already exists and is not empty; valid: a new, absent or empty folder")
     cfg, builder, payload, label = policy_payload(run_dir, checkpoint, precision, seed, version=1)
-    store = ReplayStore.open_or_create(out, env_id=cfg.env.id)
+    store = ReplayStore.open_or_create(out, env_id=cfg.env.id, **cfg.replay.writer_options())
     ex = make_executor(executor, cfg)
     start = time.time()
     try:
@@ -81,7 +81,7 @@ def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynami
 
         def flush() -> None:
             writes.append(ex.submit(stages.write_shard_stage, store.url, stages.shard_id_for(len(writes)),
-                                    list(pending), key=f"{run_id}-write-{len(writes)}"))
+                                    list(pending), cfg.replay.writer_options(), key=f"{run_id}-write-{len(writes)}"))
             pending.clear()
         for a in range(num_actors):
             submit(a)

@@ -139,7 +139,7 @@ class Trainer:
             f.write(config_lib.to_json(cfg))
         self.spec = env_spec(cfg.env.id)
         self.store_url = urls.join(self.run_dir, "replay")
-        self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id)
+        self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
         self.ckpt = Checkpointer(urls.join(self.run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                  keep_every=cfg.checkpoint.keep_every)
         self.best_ckpt = Checkpointer(urls.join(self.run_dir, "best"), keep_last=1)
@@ -363,7 +363,8 @@ class Trainer:
         shard_id = stages.shard_id_for(self.loop.shard_seq)
         self.loop.shard_seq += 1
         f.writes.append((shard_id, self.executor.submit(stages.write_shard_stage, self.store_url, shard_id,
-                                                        list(f.pending), key=f"write-{self.run_id}-{shard_id}")))
+                                                        list(f.pending), self.cfg.replay.writer_options(),
+                                                        key=f"write-{self.run_id}-{shard_id}")))
         f.pending, f.pending_rows, f.pending_bytes = [], 0, 0
 
     def _commit_finished_writes(self, f: "_Flight") -> None:

@@ -71,6 +71,7 @@ class RoundPlan:
     policy_version: int
     evaluate: bool = False
     eval_args: Tuple[Any, ...] = ()          # run_evaluation_task(payload, *eval_args)
+    writer_options: Tuple[Tuple[str, Any], ...] = ()   # cfg.replay.writer_options(), as items
 
     @property
     def store_url(self) -> str:
@@ -112,7 +113,7 @@ def write_round_shard(group_results: Tuple[int, Sequence[RolloutResult]], plan: 
     """Write one ``(group, results)`` as an uncommitted shard; returns its info plus the tasks' stats."""
     group, results = group_results
     results = sorted(results, key=lambda r: r.stats.actor_id)   # grouping order is not deterministic
-    info = stages.write_shard_stage(plan.store_url, plan.shard_id(group), results)
+    info = stages.write_shard_stage(plan.store_url, plan.shard_id(group), results, dict(plan.writer_options))
     info["tasks"] = [{"actor": r.stats.actor_id, "worker": r.stats.worker, "env_steps": r.stats.env_steps,
                       "seconds": r.stats.seconds, "returns": r.stats.episode_returns} for r in results]
     return info
@@ -212,7 +213,8 @@ class LearnerStage:
         from core.replay import ReplayCache, ReplayStore
         self.cfg, self.run_dir = cfg, run_dir
         self.spec = env_spec(cfg.env.id)
-        self.store = ReplayStore.open_or_create(urls.join(run_dir, "replay"), env_id=cfg.env.id)
+        self.store = ReplayStore.open_or_create(urls.join(run_dir, "replay"), env_id=cfg.env.id,
+                                                **cfg.replay.writer_options())
         self.ckpt = Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                  keep_every=cfg.checkpoint.keep_every)
         self.best_ckpt = Checkpointer(urls.join(run_dir, "best"), keep_last=1)
@@ -348,7 +350,7 @@ class RoundLauncher:
         eval_args = (cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * r, cfg.env.max_episode_steps,
                      builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes)
         return RoundPlan(self.run_dir, r, self.actor_specs, explore, cfg.actors.steps_per_task,
-                         self.per_shard, version, evaluate, eval_args)
+                         self.per_shard, version, evaluate, eval_args, tuple(cfg.replay.writer_options().items()))
 
     def run(self) -> Dict[str, Any]:
         from pipelines.executors import beam as beam_executor

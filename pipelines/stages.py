@@ -14,7 +14,9 @@ TensorFlow.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+import threading
+from collections import OrderedDict
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -30,14 +32,15 @@ def shard_id_for(seq: int) -> str:
     return f"s{seq:08d}"
 
 
-def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any]) -> Dict[str, Any]:
+def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
+                      writer_options: Dict[str, Any] | None = None) -> Dict[str, Any]:
     """Aggregate the batches of several rollout tasks into one uncommitted shard.
 
     A retry overwrites its own uncommitted shard; nothing is visible until
-    :func:`commit_stage` names it in the commit log.
+    :func:`commit_stage` names it in the commit log. ``writer_options``:
+    ``cfg.replay.writer_options()`` (chunk size, encoder threads).
     """
-    from core.replay import ReplayStore
-    store = ReplayStore.open(store_url)
+    store = _worker_store(store_url, writer_options or {})
     batches = [r.batch for r in results]
     info = store.write_shard(shard_id, batches, attrs={
         "tasks": [b.task_id for b in batches],
@@ -45,6 +48,27 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any]) -> 
     })
     return {"shard_id": shard_id, "rows": int(sum(b.size for b in batches)),
             "nbytes": int(getattr(info, "nbytes", 0))}
+
+
+# Stores opened by this process (a worker, or the driver), most recently used last. A store
+# keeps its writer's host buffers (core/replay/buffers.py) and its commit-log cache, so the
+# next shard this process writes neither page-faults fresh memory nor re-reads the log.
+_STORES: "OrderedDict[Tuple[str, Tuple], Any]" = OrderedDict()
+_STORES_LOCK = threading.Lock()
+_MAX_STORES = 4
+
+
+def _worker_store(store_url: str, writer_options: Dict[str, Any]):
+    from core.replay import ReplayStore
+    key = (store_url, tuple(sorted(writer_options.items())))
+    with _STORES_LOCK:
+        store = _STORES.pop(key, None)
+        if store is None:
+            store = ReplayStore.open(store_url, **writer_options)
+        _STORES[key] = store
+        while len(_STORES) > _MAX_STORES:
+            _STORES.popitem(last=False)
+    return store
 
 
 def commit_stage(store, shard_ids: List[str], meta: Dict[str, Any] | None = None,
