@@ -50,24 +50,26 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
             "nbytes": int(getattr(info, "nbytes", 0))}
 
 
-# Stores opened by this process (a worker, or the driver), most recently used last. A store
-# keeps its writer's host buffers (core/replay/buffers.py) and its commit-log cache, so the
-# next shard this process writes neither page-faults fresh memory nor re-reads the log.
-_STORES: "OrderedDict[Tuple[str, Tuple], Any]" = OrderedDict()
-_STORES_LOCK = threading.Lock()
-_MAX_STORES = 4
+# Shard writers of this process (a worker, or the driver), most recently used last. A writer
+# keeps its host buffers (core/replay/buffers.py) and encoder threads, so the next shard this
+# process writes does not page-fault fresh memory. Only writers are kept, not stores: a store
+# is opened per task, so it always reads the commit log as it is now.
+_WRITERS: "OrderedDict[Tuple[str, str, Tuple], Any]" = OrderedDict()
+_WRITERS_LOCK = threading.Lock()
+_MAX_WRITERS = 4
 
 
 def _worker_store(store_url: str, writer_options: Dict[str, Any]):
+    """``ReplayStore.open(store_url)`` with this process's writer for it."""
     from core.replay import ReplayStore
-    key = (store_url, tuple(sorted(writer_options.items())))
-    with _STORES_LOCK:
-        store = _STORES.pop(key, None)
-        if store is None:
-            store = ReplayStore.open(store_url, **writer_options)
-        _STORES[key] = store
-        while len(_STORES) > _MAX_STORES:
-            _STORES.popitem(last=False)
+    store = ReplayStore.open(store_url, **writer_options)
+    key = (store.shards_url, store.env_id, tuple(sorted(writer_options.items())))
+    with _WRITERS_LOCK:
+        writer = _WRITERS.pop(key, None) or store.writer
+        _WRITERS[key] = writer
+        while len(_WRITERS) > _MAX_WRITERS:
+            _WRITERS.popitem(last=False)
+    store.writer = writer
     return store
 
 

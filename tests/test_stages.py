@@ -56,19 +56,28 @@ class _Result:
         self.batch = batch
 
 
-def test_write_shard_stage_keeps_one_store_per_process_and_applies_writer_options(tmp_path):
+def test_write_shard_stage_keeps_one_writer_per_process_and_applies_writer_options(tmp_path):
     import json
     url = str(tmp_path / "replay")
     ReplayStore.open_or_create(url, env_id="CartPole-v1")
     options = {"chunk_bytes": 4096, "threads": 1}
     stages.write_shard_stage(url, "s00000000", [_Result(_batch(64, 4, 0))], options)
-    store = stages._worker_store(url, options)
-    kept = store.writer._buffers.free_bytes
+    writer = stages._worker_store(url, options).writer
+    kept = writer._buffers.free_bytes
     assert kept > 0                                        # the shard's buffer is kept for the next one
     stages.write_shard_stage(url, "s00000001", [_Result(_batch(64, 4, 10))], options)
-    assert stages._worker_store(url, options) is store and store.writer._buffers.free_bytes == kept
+    assert stages._worker_store(url, options).writer is writer and writer._buffers.free_bytes == kept
+    store = ReplayStore.open(url)
     meta = json.loads((tmp_path / "replay" / "shards" / "s00000001" / "observation" / "zarr.json").read_text())
     assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [256, 4]   # 4096 bytes / 16-byte rows
     stages.commit_stage(store, ["s00000000", "s00000001"])
     np.testing.assert_array_equal(ReplayStore.open(url).snapshot().field("episode_id").compute()[::64],
                                   [0, 1, 2, 3, 10, 11, 12, 13])
+    # A store deleted and created again at the same URL is read afresh (only the writer is kept).
+    import shutil
+    shutil.rmtree(tmp_path / "replay")
+    ReplayStore.open_or_create(url, env_id="CartPole-v1")
+    assert stages.write_shard_stage(url, "s00000000", [_Result(_batch(8, 2, 50))], options)["rows"] == 16
+    fresh = ReplayStore.open(url)
+    stages.commit_stage(fresh, ["s00000000"])
+    np.testing.assert_array_equal(fresh.snapshot().field("episode_id").compute(), [50] * 8 + [51] * 8)
