@@ -24,6 +24,11 @@ commit, so a commit is atomic: all of its shards become visible or none.
 Entries are never rewritten, so readers need no locks and a snapshot at
 version ``v`` never changes.
 
+Log checkpoints (as in Delta Lake): every ``CHECKPOINT_EVERY`` versions the
+committer also writes the folded state, ``<version:020d>.checkpoint.json``,
+and the hint ``_last_checkpoint``; a reader starts there instead of folding
+every entry since version 1 (see ``CommitLog``).
+
 Exclusive create, per store kind, and which are safe for concurrent writers:
 
 * **local disk** (plain path, ``file://``): the entry is written to a private
@@ -57,6 +62,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from core import urls
@@ -67,6 +73,17 @@ _MEMORY_LOCK = threading.Lock()
 
 def entry_name(version: int) -> str:
     return f"{version:020d}.json"
+
+
+def checkpoint_name(version: int) -> str:
+    return f"{version:020d}.checkpoint.json"
+
+
+#: Versions between log checkpoints (see CommitLog).
+CHECKPOINT_EVERY = 100
+CHECKPOINT_FORMAT = "databloom-log-checkpoint-1"
+#: Names the latest checkpoint's version; overwritten, so only a hint.
+LAST_CHECKPOINT = "_last_checkpoint"
 
 
 class _LinkCreator:
@@ -150,6 +167,22 @@ class LogState:
         return LogState(self.version, dict(self.live), dict(self.committed_version),
                         dict(self.removed), dict(self.quarantined), dict(self.infos))
 
+    def to_json(self) -> Dict[str, Any]:
+        """The state as a log checkpoint (``from_json`` restores it exactly, commit order included)."""
+        return {"format": CHECKPOINT_FORMAT, "version": self.version, "live": list(self.live),
+                "infos": [i.to_json() for i in self.infos.values()],
+                "committed_version": self.committed_version, "removed": self.removed,
+                "quarantined": self.quarantined}
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "LogState":
+        if d.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"not a {CHECKPOINT_FORMAT} log checkpoint")
+        infos = {i["id"]: ShardInfo.from_json(i) for i in d["infos"]}
+        return cls(int(d["version"]), {sid: infos[sid] for sid in d["live"]},
+                   {k: int(v) for k, v in d["committed_version"].items()},
+                   {k: float(v) for k, v in d["removed"].items()}, dict(d["quarantined"]), infos)
+
     def apply(self, entry: Dict[str, Any]) -> None:
         op, v = entry["op"], int(entry["version"])
         if v != self.version + 1:
@@ -207,6 +240,14 @@ class LogState:
 class CommitLog:
     """Reads and appends entries of one store's commit log.
 
+    Every ``CHECKPOINT_EVERY`` versions the committer of that version also
+    writes the folded state as a *checkpoint* (``<version>.checkpoint.json``,
+    created exclusively like entries) and points ``_last_checkpoint`` at it. A
+    reader opening the log starts from the latest checkpoint and reads only the
+    entries after it, so opening a store costs O(entries since the checkpoint),
+    not O(all entries). Checkpoints are caches: entries stay the truth, and a
+    missing or unreadable checkpoint only means reading more entries.
+
     Example::
 
         log = CommitLog("memory://run/replay")
@@ -218,8 +259,10 @@ class CommitLog:
         self.url = urls.join(url, LOG_DIR)
         self.fs, self.path = urls.resolve(self.url)
         self._creator = _creator_for(url, self.fs, self.path)
-        self._entries: List[Dict[str, Any]] = []
+        self._base, self._base_state = 0, LogState()  # the checkpoint _state started from
+        self._entries: List[Dict[str, Any]] = []       # entries _base+1 .. _state.version
         self._state = LogState()
+        self._opened = False
         self._lock = threading.Lock()
 
     def _read(self, version: int) -> Optional[Dict[str, Any]]:
@@ -232,12 +275,41 @@ class CommitLog:
         except ValueError:
             raise ReplayError(f"commit log entry {version} of {self.url} is not valid JSON") from None
 
-    def refresh(self) -> LogState:
-        """Read entries newer than the cached state; returns the latest state."""
+    def _read_checkpoint(self, version: Optional[int] = None) -> Optional[LogState]:
+        """The checkpoint at ``version`` (default: the one ``_last_checkpoint`` names), or None."""
+        try:
+            if version is None:
+                version = int(json.loads(self.fs.cat_file(f"{self.path}/{LAST_CHECKPOINT}"))["version"])
+            return LogState.from_json(json.loads(self.fs.cat_file(f"{self.path}/{checkpoint_name(version)}")))
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None                                # a cache: read entries instead
+
+    def _write_checkpoint(self, state: LogState) -> None:
+        """Best effort: a failure only means later readers read more entries."""
+        try:
+            self._creator.create(checkpoint_name(state.version), json.dumps(state.to_json()).encode())
+            self.fs.pipe_file(f"{self.path}/{LAST_CHECKPOINT}", json.dumps({"version": state.version}).encode())
+        except Exception as e:  # noqa: BLE001 - never fail a commit that has already happened
+            warnings.warn(f"could not write commit log checkpoint {state.version} of {self.url}: {e}")
+
+    def refresh(self, checkpoint_at: int = 0) -> LogState:
+        """Read entries newer than the cached state; returns the latest state.
+
+        ``checkpoint_at``: a version this process just committed; if it is a
+        multiple of ``CHECKPOINT_EVERY``, the state at exactly that version is
+        written as a checkpoint.
+        """
         with self._lock:
+            if not self._opened:
+                self._opened = True
+                start = self._read_checkpoint()
+                if start is not None and self._read(start.version) is not None:  # same log, not a recreated one
+                    self._state, self._base, self._base_state = start, start.version, start.copy()
             while (entry := self._read(self._state.version + 1)) is not None:
                 self._state.apply(entry)
                 self._entries.append(entry)
+                if checkpoint_at and self._state.version == checkpoint_at and checkpoint_at % CHECKPOINT_EVERY == 0:
+                    self._write_checkpoint(self._state.copy())
             return self._state
 
     def state(self, version: Optional[int] = None) -> LogState:
@@ -247,14 +319,26 @@ class CommitLog:
             return latest.copy()
         if not 0 <= version <= latest.version:
             raise ReplayError(f"replay log version {version} does not exist; valid: 0..{latest.version}")
-        state = LogState()
-        for entry in self._entries[:version]:
+        if version >= self._base:
+            state = self._base_state.copy()
+            entries = self._entries[:version - self._base]
+        else:  # older than where this reader started: from the nearest earlier checkpoint
+            c = version // CHECKPOINT_EVERY * CHECKPOINT_EVERY
+            state = self._read_checkpoint(c) if c else None
+            state = state or LogState()
+            entries = [self._read(v) for v in range(state.version + 1, version + 1)]
+        for entry in entries:
             state.apply(entry)
         return state
 
     def entry(self, version: int) -> Dict[str, Any]:
         self.refresh()
-        return dict(self._entries[version - 1])
+        if version > self._base:
+            return dict(self._entries[version - self._base - 1])
+        entry = self._read(version) if version >= 1 else None
+        if entry is None:
+            raise ReplayError(f"commit log entry {version} of {self.url} does not exist")
+        return entry
 
     def append(self, build: Callable[[LogState], Optional[Dict[str, Any]]],
                max_attempts: int = 10_000) -> int:
@@ -272,7 +356,7 @@ class CommitLog:
             entry = {"version": state.version + 1, "time": time.time(),
                      "writer": f"{socket.gethostname()}:{os.getpid()}", **entry}
             if self._creator.create(entry_name(entry["version"]), json.dumps(entry).encode()):
-                self.refresh()
+                self.refresh(checkpoint_at=entry["version"])
                 return entry["version"]
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))  # jittered backoff
         raise ReplayError(f"could not commit to {self.url} after {max_attempts} conflicting attempts")

@@ -4,6 +4,7 @@ On-disk layout of a store rooted at ``<root>`` (a local path or fsspec URL)::
 
     <root>/replay.json                      store marker: format, schema_version, env_id
     <root>/log/00000000000000000001.json    commit log entries (see commit_log.py)
+    <root>/log/00000000000000000100.checkpoint.json, _last_checkpoint   log checkpoints
     <root>/shards/<shard_id>/zarr.json      zarr v3 group; attributes below; written LAST
     <root>/shards/<shard_id>/observation/   one zarr v3 array per field, [rows, ...]
     <root>/shards/<shard_id>/action/ reward/ discount/ terminated/ truncated/

@@ -98,6 +98,14 @@ def test_eight_processes_commit_fifty_shards_each(tmp_path):
     assert len(added) == 400 and len(set(added)) == 400  # none lost, none duplicated
     assert len({store.log.entry(v)["writer"] for v in range(1, 401)}) == procs
     assert store.snapshot().num_rows == 800
+    # Log checkpoints written by the racing committers (every 100 versions) match the entries.
+    from core.replay.commit_log import CHECKPOINT_EVERY, CommitLog, LogState
+    assert CHECKPOINT_EVERY == 100 and store.log._base == 400   # opened from the last checkpoint
+    full = LogState()
+    for v in range(1, 401):
+        full.apply(store.log.entry(v))
+        if v % 100 == 0:
+            assert store.log._read_checkpoint(v).to_json() == full.to_json(), v
 
 
 def _rollout_task(store, attempt):
