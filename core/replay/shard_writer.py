@@ -3,11 +3,13 @@
 The layout is described in ``schema.py``. Two write engines produce the same
 zarr v3 format (codecs ``bytes -> zstd -> crc32c``, chunked along rows):
 
-* ``tensorstore`` (default for local paths): every array's write is issued
-  at once and tensorstore encodes and writes chunks on its own thread pool
-  (``threads`` bounds it). On this machine kind it writes zstd about 2.5x
-  faster than zarr-python (PLATFORM_FACTS.md), which is what the throughput
-  goal (>= 80 % of tensorstore) needs.
+* ``tensorstore`` (default for local paths): the batches' rows are gathered
+  env-major into host buffers the writer reuses (``buffers.py``), and whole
+  chunks are handed to tensorstore as they fill; it encodes and writes them on
+  its own thread pool (``threads`` bounds it) straight from those buffers. On
+  this machine kind it writes zstd about 2.5x faster than zarr-python
+  (PLATFORM_FACTS.md); the writer reaches 0.83-0.88x of bare tensorstore on
+  CartPole steps (benchmarks/RESULTS.md).
 * ``zarr`` (fsspec URLs: memory://, gs://, s3://): zarr-python over
   ``FsspecStore``, which writes the chunks of an array concurrently.
 
@@ -42,7 +44,10 @@ GROUP_JSON = {"zarr_format": 3, "node_type": "group"}
 
 
 def concat_rows(batches: Sequence[TrajectoryBatch]) -> Dict[str, np.ndarray]:
-    """Rows of all batches: each batch's ``flat_rows()`` (env-major), batch after batch."""
+    """Rows of all batches: each batch's ``flat_rows()`` (env-major), batch after batch.
+
+    The arrays a shard of ``batches`` holds, built the simple way (for benchmarks and tools).
+    """
     if not batches:
         raise ReplayError("a shard needs at least one TrajectoryBatch; got none")
     per_batch = [b.flat_rows() for b in batches]
