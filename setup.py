@@ -37,8 +37,9 @@ setup(
     extras_require={
         # Everything the test suite exercises, so a fresh machine runs all of it: dm_control tests
         # (~10 s install), the Atari adapter (ROMs ship in the ale-py wheel), xarray snapshot views.
+        # moto's S3 server answers a PUT with If-None-Match: * by 412 from 5.0.15 on (tested 5.2.1, 5.2.5).
         "test": ["pytest>=8", "pytest-timeout", "dm-control>=1.0.50", "mujoco>=3.17,<4", "ale-py>=0.12",
-                 "xarray"],
+                 "xarray", "moto[server]>=5.2.1", "s3fs>=2024.10", "boto3>=1.35"],
         "atari": ["ale-py>=0.12"],
         "dmc": ["dm-control>=1.0.50", "mujoco>=3.17,<4"],
         "dataflow": ["apache-beam[gcp]>=2.77"],

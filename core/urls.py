@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Tuple
+from typing import Dict, Tuple
 
 import fsspec
 
@@ -68,3 +68,31 @@ def join(url: str, *parts: str) -> str:
     if "://" not in url:
         return os.path.join(url, *parts)
     return "/".join([url.rstrip("/"), *[p.strip("/") for p in parts]])
+
+
+def s3_endpoint_options() -> Dict[str, str]:
+    """Options of tensorstore's ``s3`` kvstore for an S3-compatible server named in the environment.
+
+    ``AWS_ENDPOINT_URL_S3`` (else ``AWS_ENDPOINT_URL``) is the server (MinIO, Ceph, moto, ...)
+    and ``AWS_REGION`` (else ``AWS_DEFAULT_REGION``) its signing region; both are ignored when
+    ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true``. botocore, hence s3fs, reads the same variables,
+    so replay data (fsspec) and commit-log entries (tensorstore, which reads none of them) reach
+    the same server. Returns {} without an endpoint variable (AWS S3 itself: tensorstore finds
+    the bucket's region). Endpoints set only in ``~/.aws/config`` reach s3fs but not tensorstore.
+
+    Example::
+
+        os.environ["AWS_ENDPOINT_URL"] = "http://localhost:9000"
+        s3_endpoint_options()  # -> {"endpoint": "http://localhost:9000"} (+ "aws_region" if set)
+    """
+    env = os.environ
+    if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+        return {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return {}
+    options = {"endpoint": endpoint.rstrip("/")}
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        options["aws_region"] = region
+    return options
