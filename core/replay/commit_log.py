@@ -41,6 +41,13 @@ Exclusive create, per store kind, and which are safe for concurrent writers:
   ``ifGenerationMatch=0`` and S3 with ``If-None-Match: *``. **Safe for
   concurrent writers** (credentials come from tensorstore's usual
   environment, not fsspec's). Data and reads still go through fsspec.
+  An S3-compatible server (MinIO, Ceph, moto) is named by
+  ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (region: ``AWS_REGION`` or
+  ``AWS_DEFAULT_REGION``), which s3fs reads itself and ``_creator_for``
+  passes to tensorstore (``core.urls.s3_endpoint_options``); the server must
+  answer ``If-None-Match: *`` on PUT with 412 (AWS S3 since 2024-08;
+  moto >= 5.0.15; older moto ignores it, which the test detects).
+  Tested against moto: ``tests/replay/test_replay_s3.py``.
 * **memory://**: fsspec's in-process memory file system, a check-then-create
   under a process-wide lock. Safe for threads of one process, which is all
   that can see a memory:// store. (tensorstore's own ``memory`` kvstore is a
@@ -148,8 +155,10 @@ def _creator_for(url: str, fs, log_path: str):
     if scheme == "memory":
         return _LockedCreator(fs, log_path)
     bucket, _, key = log_path.partition("/")
-    driver = "s3" if scheme == "s3" else "gcs"
-    return TensorstoreCreator({"driver": driver, "bucket": bucket, "path": key.rstrip("/") + "/"})
+    if scheme == "s3":  # an S3-compatible server from AWS_ENDPOINT_URL(_S3), as s3fs uses for data
+        return TensorstoreCreator({"driver": "s3", "bucket": bucket, "path": key.rstrip("/") + "/",
+                                   **urls.s3_endpoint_options()})
+    return TensorstoreCreator({"driver": "gcs", "bucket": bucket, "path": key.rstrip("/") + "/"})
 
 
 @dataclasses.dataclass
