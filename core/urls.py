@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Dict, Tuple
 
 import fsspec
@@ -68,6 +69,36 @@ def join(url: str, *parts: str) -> str:
     if "://" not in url:
         return os.path.join(url, *parts)
     return "/".join([url.rstrip("/"), *[p.strip("/") for p in parts]])
+
+
+def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Write a whole small object atomically and durably.
+
+    Local disk: a temp file, fsynced, renamed over ``path``, then the directory
+    fsynced, so readers see the old content or the new one, never a torn file,
+    and the new one survives a crash once this returns. Object stores and
+    memory://: one put, which is atomic there.
+    """
+    if "file" not in fs.protocol and "local" not in fs.protocol:
+        fs.pipe_file(path, data)
+        return
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # make the rename itself durable
+    finally:
+        os.close(fd)
 
 
 def s3_endpoint_options() -> Dict[str, str]:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import uuid
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+from core import urls
 
 #: Bump when the layout changes incompatibly; readers refuse newer versions.
 SCHEMA_VERSION = 1
@@ -171,24 +171,8 @@ class Location:
         return json.loads(self.fs.cat_file(self.path(*parts)))
 
     def write_bytes(self, data: bytes, *parts: str) -> None:
-        """Atomic whole-object write: temp file + fsync + rename locally, one PUT on object
-        stores."""
-        path = self.path(*parts)
-        if not self.local:
-            self.fs.pipe_file(path, data)
-            return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(os.path.dirname(path), os.O_RDONLY)
-        try:
-            os.fsync(fd)  # make the rename itself durable
-        finally:
-            os.close(fd)
+        """Atomic, durable whole-object write (``urls.write_atomic``)."""
+        urls.write_atomic(self.fs, self.path(*parts), data)
 
     def remove_step(self, name: str) -> None:
         """Uncommit (drop the marker) first, so a crash mid-delete leaves an invisible dir."""

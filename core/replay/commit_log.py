@@ -297,7 +297,8 @@ class CommitLog:
         """Best effort: a failure only means later readers read more entries."""
         try:
             self._creator.create(checkpoint_name(state.version), json.dumps(state.to_json()).encode())
-            self.fs.pipe_file(f"{self.path}/{LAST_CHECKPOINT}", json.dumps({"version": state.version}).encode())
+            urls.write_atomic(self.fs, f"{self.path}/{LAST_CHECKPOINT}",
+                              json.dumps({"version": state.version}).encode())
         except Exception as e:  # noqa: BLE001 - never fail a commit that has already happened
             warnings.warn(f"could not write commit log checkpoint {state.version} of {self.url}: {e}")
 

@@ -342,9 +342,12 @@ class ShardWriter:
             info = self._info(shard_id, rows, segments)
             meta = self._attrs(info, rows, segments, batches, attrs or {})
             del rows
+        # Markers last, atomic and durable (tensorstore has fsynced the chunks): a crash never
+        # leaves a committed shard without its marker, or a torn one.
         for group in sorted({n.rsplit("/", 1)[0] for n in specs if "/" in n} | {EPISODES_GROUP}):
-            self.fs.pipe_file(f"{root}/{group}/zarr.json", json.dumps({**GROUP_JSON, "attributes": {}}).encode())
-        self.fs.pipe_file(f"{root}/zarr.json",
+            urls.write_atomic(self.fs, f"{root}/{group}/zarr.json",
+                              json.dumps({**GROUP_JSON, "attributes": {}}).encode())
+        urls.write_atomic(self.fs, f"{root}/zarr.json",
                           json.dumps({**GROUP_JSON, "attributes": {ATTRS_KEY: meta}}).encode())
         return info
 
