@@ -79,7 +79,9 @@ def test_executor_learns_cartpole_and_leaves_a_complete_run_dir(executor, tmp_pa
     assert summary["executor"] == executor and summary["env_steps"] >= BUDGET
     assert_complete_run_dir(str(run_dir), summary)
     learned = max(summary["best_eval_return"], summary["final_eval"]["fp32"]["mean"])
-    assert learned >= THRESHOLD, f"{executor}: {learned:.1f} < {THRESHOLD} within {BUDGET} env steps"
+    assert learned >= THRESHOLD, (f"{executor}: {learned:.1f} < {THRESHOLD} within {BUDGET} env steps"
+                                  f" ({summary['learner_steps']} learner steps, {summary['policy_versions']}"
+                                  f" policy versions, {summary['wall_s']:.0f} s)")
 
 
 @pytest.mark.parametrize("executor", ["local", "dask"])
