@@ -329,22 +329,23 @@ class ShardWriter:
         total = sum(b.size for b in batches)
         if total == 0:
             raise ReplayError(f"shard {shard_id!r} would have no rows; write at least one step")
+        env_id = self._env_of(shard_id, batches)
         self.remove(shard_id)
         root = f"{self.path}/{shard_id}"
         engine_root = root if urls.scheme_of(self.url) == "file" else urls.join(self.url, shard_id)
-        specs = {n: ((total, *v[0].shape[2:]), v[0].dtype) for n, v in values.items()}
-        with self._buffers.lease(specs) as rows:  # reused memory: no page faults (core/replay/buffers.py)
+        shapes = {n: ((total, *v[0].shape[2:]), v[0].dtype) for n, v in values.items()}
+        with self._buffers.lease(shapes) as rows:  # reused memory: no page faults (core/replay/buffers.py)
             try:
                 segments = self._write_arrays(engine_root, values, [b.reward.shape[:2] for b in batches], rows)
             except BaseException:
                 self.remove(shard_id)  # no half-written attempt is left behind (it was never visible)
                 raise
             info = self._info(shard_id, rows, segments)
-            meta = self._attrs(info, rows, segments, batches, attrs or {})
+            meta = self._attrs(info, env_id, rows, segments, batches, attrs or {})
             del rows
         # Markers last, atomic and durable (tensorstore has fsynced the chunks): a crash never
         # leaves a committed shard without its marker, or a torn one.
-        for group in sorted({n.rsplit("/", 1)[0] for n in specs if "/" in n} | {EPISODES_GROUP}):
+        for group in sorted({n.rsplit("/", 1)[0] for n in shapes if "/" in n} | {EPISODES_GROUP}):
             urls.write_atomic(self.fs, f"{root}/{group}/zarr.json",
                               json.dumps({**GROUP_JSON, "attributes": {}}).encode())
         urls.write_atomic(self.fs, f"{root}/zarr.json",
@@ -397,12 +398,17 @@ class ShardWriter:
                          policy_version_min=int(pv.min()), policy_version_max=int(pv.max()),
                          num_segments=int(len(segments["start"])))
 
-    def _attrs(self, info: ShardInfo, rows, segments, batches, user: Dict[str, Any]) -> Dict[str, Any]:
+    def _env_of(self, shard_id: str, batches: Sequence[TrajectoryBatch]) -> str:
+        """The env id the shard records; a batch from another env than the store's is refused."""
         env_ids = sorted({b.env_id for b in batches if b.env_id})
         if self.env_id and any(e != self.env_id for e in env_ids):
-            raise ReplayError(f"batches of shard {info.id!r} come from env {env_ids}, the store holds {self.env_id!r}")
+            raise ReplayError(f"batches of shard {shard_id!r} come from env {env_ids}, the store holds {self.env_id!r}")
+        return self.env_id or (env_ids[0] if env_ids else "")
+
+    @staticmethod
+    def _attrs(info: ShardInfo, env_id: str, rows, segments, batches, user: Dict[str, Any]) -> Dict[str, Any]:
         return {
-            "schema_version": SCHEMA_VERSION, "env_id": self.env_id or (env_ids[0] if env_ids else ""),
+            "schema_version": SCHEMA_VERSION, "env_id": env_id,
             "shard_id": info.id, "rows": info.rows, "nbytes": info.nbytes, "token": info.token,
             "created": info.created, "num_segments": info.num_segments,
             "num_episodes_ended": int(np.count_nonzero(segments["end"] != END_CONTINUES)),

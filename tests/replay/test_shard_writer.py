@@ -67,6 +67,9 @@ def test_batches_of_different_dtypes_give_one_line_error_and_leave_nothing(store
     no_extras = dataclasses.replace(random_batch(3), extras={})
     with pytest.raises(ReplayError, match="batch 1 has extras"):
         store.write_shard("bad", [random_batch(1), no_extras])
+    with pytest.raises(ReplayError, match=r"come from env \['CartPole-v1', 'Pong'\], the store holds"):
+        store.write_shard("bad", [random_batch(1), random_batch(5, env_id="Pong")])
+    assert not fs.exists(f"{path}/bad") and [s.id for s in store.snapshot().shards] == ["kept"]
 
 
 def test_writer_reuses_its_buffer_and_successive_shards_keep_their_own_values(tmp_path):
