@@ -1,7 +1,8 @@
 """Reusable host memory for the arrays of a shard being written.
 
 Fresh memory costs a page fault per 4 KiB on first touch: for a 56 MB shard
-that is ~14k faults, more CPU than the copy into it (benchmarks/replay_write.py).
+that took 4-10k minor faults and made gathering its rows 2-3x slower than into
+reused memory (benchmarks/RESULTS.md).
 A writer keeps the buffers of its previous shards and carves the next shard's
 arrays out of one of them.
 
