@@ -71,6 +71,24 @@ def join(url: str, *parts: str) -> str:
     return "/".join([url.rstrip("/"), *[p.strip("/") for p in parts]])
 
 
+def kvstore_spec(url: str) -> Dict[str, str]:
+    """tensorstore kvstore spec of the folder ``url`` (local path, s3:// or gs://).
+
+    s3:// takes an S3-compatible server from the environment (``s3_endpoint_options``), as
+    s3fs does, so tensorstore and fsspec reach the same objects. memory:// has no tensorstore
+    equivalent (tensorstore's memory kvstore is per Context), so it raises LocationError.
+    """
+    url = normalize(url)
+    scheme = scheme_of(url)
+    if scheme == "file":
+        return {"driver": "file", "path": url.rstrip("/") + "/"}
+    if scheme in ("s3", "gs", "gcs"):
+        bucket, _, key = url.split("://", 1)[1].partition("/")
+        spec = {"driver": "s3" if scheme == "s3" else "gcs", "bucket": bucket, "path": key.strip("/") + "/"}
+        return {**spec, **s3_endpoint_options()} if scheme == "s3" else spec
+    raise LocationError(f"{url!r} has no tensorstore kvstore; valid: a local path, s3:// or gs://")
+
+
 def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Write a whole small object atomically and durably.
 

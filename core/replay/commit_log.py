@@ -154,11 +154,8 @@ def _creator_for(url: str, fs, log_path: str):
         return _LinkCreator(log_path)
     if scheme == "memory":
         return _LockedCreator(fs, log_path)
-    bucket, _, key = log_path.partition("/")
-    if scheme == "s3":  # an S3-compatible server from AWS_ENDPOINT_URL(_S3), as s3fs uses for data
-        return TensorstoreCreator({"driver": "s3", "bucket": bucket, "path": key.rstrip("/") + "/",
-                                   **urls.s3_endpoint_options()})
-    return TensorstoreCreator({"driver": "gcs", "bucket": bucket, "path": key.rstrip("/") + "/"})
+    # s3 takes an S3-compatible server from AWS_ENDPOINT_URL(_S3), as s3fs does for data.
+    return TensorstoreCreator(urls.kvstore_spec(f"{scheme}://{log_path}"))
 
 
 @dataclasses.dataclass

@@ -3,15 +3,16 @@
 The layout is described in ``schema.py``. Two write engines produce the same
 zarr v3 format (codecs ``bytes -> zstd -> crc32c``, chunked along rows):
 
-* ``tensorstore`` (default for local paths): the batches' rows are gathered
+* ``tensorstore`` (the default): the batches' rows are gathered
   env-major into host buffers the writer reuses (``buffers.py``), and whole
   chunks are handed to tensorstore as they fill; it encodes and writes them on
   its own thread pool (``threads`` bounds it) straight from those buffers. On
   this machine kind it writes zstd about 2.5x faster than zarr-python
   (PLATFORM_FACTS.md); the writer reaches 0.83-0.88x of bare tensorstore on
   CartPole steps (benchmarks/RESULTS.md).
-* ``zarr`` (fsspec URLs: memory://, gs://, s3://): zarr-python over
-  ``FsspecStore``, which writes the chunks of an array concurrently.
+  The same engine writes s3:// and gs:// through tensorstore's own kvstores.
+* ``zarr`` (memory://, or on request): zarr-python over ``FsspecStore``,
+  which writes the chunks of an array concurrently.
 
 Both write the group ``zarr.json`` with the ``databloom`` attributes *last*:
 it is the shard's completion marker, checked by ``read_shard_info`` before a
@@ -206,7 +207,7 @@ def _zarr_metadata(shape: tuple, dtype, chunks: int, level: int) -> Dict[str, An
 
 
 class _TensorstoreEngine:
-    """Writes arrays with tensorstore's zarr3 driver on the local file kvstore."""
+    """Writes arrays with tensorstore's zarr3 driver: local disk, s3:// or gs:// (``urls.kvstore_spec``)."""
 
     def __init__(self, threads: int):
         import tensorstore as ts
@@ -226,7 +227,7 @@ class _TensorstoreEngine:
         """
         context = self.small_context if small else self.context
         return {name: self.ts.open({
-            "driver": "zarr3", "kvstore": {"driver": "file", "path": f"{root}/{name}/"},
+            "driver": "zarr3", "kvstore": urls.kvstore_spec(urls.join(root, name)),
             "metadata": _zarr_metadata(shape, dtype, chunks, level),
             "create": True, "delete_existing": True}, context=context)
             for name, (shape, dtype, chunks) in specs.items()}
@@ -280,10 +281,11 @@ class _ZarrEngine:
 
 def _engine_for(url: str, engine: str, threads: int):
     if engine == "auto":
-        engine = "tensorstore" if urls.scheme_of(url) == "file" else "zarr"
+        engine = "zarr" if urls.scheme_of(url) == "memory" else "tensorstore"
     if engine == "tensorstore":
-        if urls.scheme_of(url) != "file":
-            raise ReplayError(f"engine 'tensorstore' writes local paths only, not {url!r}; valid: 'zarr', 'auto'")
+        if urls.scheme_of(url) == "memory":
+            raise ReplayError(f"engine 'tensorstore' cannot write {url!r} (no shared memory kvstore);"
+                              " valid: 'zarr', 'auto'")
         return _TensorstoreEngine(threads)
     if engine == "zarr":
         return _ZarrEngine()
@@ -298,7 +300,7 @@ class ShardWriter:
       env_id: recorded in every shard's attributes.
       chunk_bytes: raw bytes per chunk (rows per chunk are derived per array).
       zstd_level: zstd compression level.
-      engine: ``"auto"`` (tensorstore for local paths, zarr-python otherwise),
+      engine: ``"auto"`` (tensorstore, except zarr-python for memory://),
         ``"tensorstore"`` or ``"zarr"``.
       threads: encoder/writer threads (keep small on shared machines).
     """
@@ -332,7 +334,7 @@ class ShardWriter:
         env_id = self._env_of(shard_id, batches)
         self.remove(shard_id)
         root = f"{self.path}/{shard_id}"
-        engine_root = root if urls.scheme_of(self.url) == "file" else urls.join(self.url, shard_id)
+        engine_root = urls.join(self.url, shard_id)
         shapes = {n: ((total, *v[0].shape[2:]), v[0].dtype) for n, v in values.items()}
         with self._buffers.lease(shapes) as rows:  # reused memory: no page faults (core/replay/buffers.py)
             try:

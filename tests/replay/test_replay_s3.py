@@ -140,7 +140,12 @@ def test_write_commit_and_read_back_on_s3(s3_bucket, s3_server):
                  "step", "policy_version", "extras/logits"):
         np.testing.assert_array_equal(snap.field(name).compute(), np.concatenate([r[name] for r in rows]))
     assert reopened.log.entry(1)["meta"] == {"round": 0}
-    # Everything is on the S3 server: marker and log entry (tensorstore), shards (s3fs/zarr).
+    # Shard chunks are written by tensorstore's own s3 kvstore (the default engine), markers by s3fs.
+    puts = [(c, p) for c, m, p, _, st in list(s3_server.requests)
+            if m == "PUT" and p.startswith(f"/{s3_bucket}/replay/shards/r0-g0/") and st == 200]
+    assert {c for c, p in puts if "/c/" in p} == {"tensorstore"} and len([p for c, p in puts if "/c/" in p]) >= 10
+    assert [c for c, p in puts if p.endswith("/r0-g0/zarr.json")] == ["aiobotocore"]
+    # Everything is on the S3 server: marker and log entry (tensorstore), shards.
     keys = _keys(s3_bucket, "replay/")
     assert [k for k in keys if not k.startswith("replay/shards/")] == [
         "replay/log/00000000000000000001.json", "replay/replay.json"]
