@@ -89,6 +89,8 @@ def checkpoint_name(version: int) -> str:
 #: Versions between log checkpoints (see CommitLog).
 CHECKPOINT_EVERY = 100
 CHECKPOINT_FORMAT = "databloom-log-checkpoint-1"
+#: Log checkpoints kept; older ones are deleted (they only speed up reads).
+KEEP_CHECKPOINTS = 3
 #: Names the latest checkpoint's version; overwritten, so only a hint.
 LAST_CHECKPOINT = "_last_checkpoint"
 
@@ -252,7 +254,9 @@ class CommitLog:
     reader opening the log starts from the latest checkpoint and reads only the
     entries after it, so opening a store costs O(entries since the checkpoint),
     not O(all entries). Checkpoints are caches: entries stay the truth, and a
-    missing or unreadable checkpoint only means reading more entries.
+    missing or unreadable checkpoint only means reading more entries. Only the
+    last ``KEEP_CHECKPOINTS`` are kept, since each holds every shard ever
+    committed.
 
     Example::
 
@@ -296,6 +300,13 @@ class CommitLog:
             self._creator.create(checkpoint_name(state.version), json.dumps(state.to_json()).encode())
             urls.write_atomic(self.fs, f"{self.path}/{LAST_CHECKPOINT}",
                               json.dumps({"version": state.version}).encode())
+            # Each checkpoint holds every shard ever committed: keep the last KEEP_CHECKPOINTS only
+            # (older versions are then read by folding entries).
+            old = state.version - KEEP_CHECKPOINTS * CHECKPOINT_EVERY
+            if old > 0:
+                self.fs.rm_file(f"{self.path}/{checkpoint_name(old)}")
+        except FileNotFoundError:
+            pass                                        # already pruned by another committer
         except Exception as e:  # noqa: BLE001 - never fail a commit that has already happened
             warnings.warn(f"could not write commit log checkpoint {state.version} of {self.url}: {e}")
 

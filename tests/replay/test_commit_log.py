@@ -50,6 +50,20 @@ def test_reader_starts_at_latest_checkpoint_with_the_folded_state(store_with_his
     assert ReplayStore.open(store.url).snapshot().num_rows == 40    # 5 live shards x 8 rows
 
 
+def test_only_the_last_checkpoints_are_kept(store_url, monkeypatch):
+    monkeypatch.setattr(commit_log, "CHECKPOINT_EVERY", 2)
+    monkeypatch.setattr(commit_log, "KEEP_CHECKPOINTS", 2)
+    store = ReplayStore.open_or_create(store_url, env_id="CartPole-v1")
+    for i in range(9):
+        store.commit([store.write_shard(f"s{i}", [random_batch(i, T=2, E=1)]).id])
+    names = sorted(n.rsplit("/", 1)[-1] for n in store.log.fs.ls(store.log.path, detail=False))
+    assert [n for n in names if n.endswith(".checkpoint.json")] == [
+        commit_log.checkpoint_name(6), commit_log.checkpoint_name(8)]
+    fresh = CommitLog(store.url)
+    assert fresh.state(3).to_json() == _full_fold(store.log, 3).to_json()    # pruned: folds entries
+    assert fresh.state().to_json() == _full_fold(store.log, 9).to_json() and fresh._base == 8
+
+
 def test_unreadable_checkpoint_falls_back_to_the_entries(store_with_history):
     store = store_with_history
     fs, path = store.log.fs, store.log.path
