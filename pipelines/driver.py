@@ -24,6 +24,7 @@ waits for data when it is ahead, so the replay ratio holds on any machine.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -84,7 +85,7 @@ class _Flight:
     pending: List[Any] = dataclasses.field(default_factory=list)          # results not yet in a shard
     pending_rows: int = 0
     pending_bytes: int = 0
-    writes: deque = dataclasses.field(default_factory=deque)              # (shard_id, future), in order
+    writes: deque = dataclasses.field(default_factory=deque)   # (shard_id, future, results), in order
     evals: List[Any] = dataclasses.field(default_factory=list)
     recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
     lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
@@ -329,7 +330,13 @@ class Trainer:
             # would otherwise *recompute* this stateful rollout on a rebuilt actor, and the
             # shard could mix two actor histories (duplicate episode rows). Retried in-flight
             # tasks are fine: their first completed result is the only one ever used.
-            result = fut.result()
+            try:
+                result = fut.result()
+            except concurrent.futures.CancelledError:  # lost with a killed worker, forgotten by Dask:
+                self.log.write("task_lost", step=self.loop.env_steps, task=f"rollout actor {a}")
+                f.submitted_steps -= f.steps_per_task    # its steps never arrive: submit them again
+                f.idle.append(a)                         # the actor's next task starts it afresh
+                continue
             stats = result.stats
             self.loop.env_steps += stats.env_steps
             self.loop.episodes += len(stats.episode_returns)
@@ -362,17 +369,26 @@ class Trainer:
             return
         shard_id = stages.shard_id_for(self.loop.shard_seq)
         self.loop.shard_seq += 1
-        f.writes.append((shard_id, self.executor.submit(stages.write_shard_stage, self.store_url, shard_id,
-                                                        list(f.pending), self.cfg.replay.writer_options(),
-                                                        key=f"write-{self.run_id}-{shard_id}")))
+        f.writes.append((shard_id, self._submit_write(shard_id, f.pending), f.pending))
         f.pending, f.pending_rows, f.pending_bytes = [], 0, 0
+
+    def _submit_write(self, shard_id: str, results: List[Any]):
+        return self.executor.submit(stages.write_shard_stage, self.store_url, shard_id, list(results),
+                                    self.cfg.replay.writer_options(), key=f"write-{self.run_id}-{shard_id}")
 
     def _commit_finished_writes(self, f: "_Flight") -> None:
         """Commit finished shard writes, in submission order, in one log entry; refresh the cache."""
         cfg = self.cfg
         ready = []
         while f.writes and f.writes[0][1].done():
-            ready.append(f.writes.popleft()[1].result())
+            shard_id, fut, results = f.writes[0]
+            try:
+                ready.append(fut.result())
+            except concurrent.futures.CancelledError:  # lost with a killed worker, forgotten by Dask
+                self.log.write("task_lost", step=self.loop.env_steps, task=f"write {shard_id}")
+                f.writes[0] = (shard_id, self._submit_write(shard_id, results), results)  # same id: overwrites
+                break
+            f.writes.popleft()
         if not ready:
             return
         version = stages.commit_stage(self.store, [r["shard_id"] for r in ready],

@@ -103,3 +103,29 @@ def test_beam_resume_starts_at_the_first_unfinished_round(tmp_path):
     assert (first["env_steps"], second["env_steps"]) == (2048, 4096)
     assert second["replay_log_version"] == 2 and second["learner_steps"] == 2048
     assert os.path.isfile(run_dir / "rounds" / "r000001.json")
+
+
+def test_tasks_lost_with_a_worker_are_submitted_again(tmp_path, monkeypatch):
+    """A future Dask cancels ("already forgotten", after its worker was killed) is not fatal: a lost
+    rollout makes its actor run a fresh task, a lost shard write is submitted again with the same id."""
+    import concurrent.futures
+    from pipelines.executors.local import LocalExecutor
+    real_submit, lost = LocalExecutor.submit, []
+
+    def submit(self, fn, *args, key=None, **kwargs):
+        kind = (key or "").split("-", 1)[0]
+        if kind in ("rollout", "write") and kind not in lost:       # the first of each is lost
+            lost.append(kind)
+            fut = concurrent.futures.Future()
+            fut.cancel()
+            return fut
+        return real_submit(self, fn, *args, key=key, **kwargs)
+    monkeypatch.setattr(LocalExecutor, "submit", submit)
+    run_dir = tmp_path / "run"
+    summary = train(small_config("local", total_env_steps=2048), run_dir)
+    assert lost == ["rollout", "write"]
+    assert summary["env_steps"] >= 2048
+    assert_complete_run_dir(str(run_dir), summary)                 # every step committed once
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        tasks = [json.loads(line)["task"] for line in f if json.loads(line)["kind"] == "task_lost"]
+    assert tasks[0].startswith("rollout actor") and tasks[1] == "write s00000000"
