@@ -85,6 +85,8 @@ class CheckpointConfig:
     every_steps: int = 2_000           # learner steps between checkpoints
     keep_last: int = 3
     keep_every: Optional[int] = None
+    engine: Literal["auto", "dask"] = "auto"   # dask: the run's Dask workers write the chunks
+                                               # (executor dask; a run dir every worker reaches)
 
 
 @dataclasses.dataclass
@@ -300,6 +302,9 @@ def validate(cfg: Config) -> Config:
     from core.agents.registry import get_builder
     from core.envs import check_env_id, env_spec  # local import: envs imports gymnasium
     check_env_id(cfg.env.id)
+    if cfg.checkpoint.engine == "dask" and cfg.executor != "dask":
+        raise ConfigError(f"checkpoint.engine 'dask' needs executor 'dask', not {cfg.executor!r};"
+                          " valid: checkpoint.engine auto")
     builder = get_builder(cfg.agent.algo)
     builder.check_env(env_spec(cfg.env.id))
     builder.check_config(cfg)

@@ -141,8 +141,10 @@ class Trainer:
         self.spec = env_spec(cfg.env.id)
         self.store_url = urls.join(self.run_dir, "replay")
         self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
+        dask_engine = ({"engine": "dask", "dask_client": self.executor.client}
+                       if cfg.checkpoint.engine == "dask" else {})    # validated: executor is dask
         self.ckpt = Checkpointer(urls.join(self.run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
-                                 keep_every=cfg.checkpoint.keep_every)
+                                 keep_every=cfg.checkpoint.keep_every, **dask_engine)
         self.best_ckpt = Checkpointer(urls.join(self.run_dir, "best"), keep_last=1)
         self.builder = get_builder(cfg.agent.algo)
         self.learner = self.builder.make_learner(self.spec, cfg.agent, cfg.seed)

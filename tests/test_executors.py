@@ -129,3 +129,12 @@ def test_tasks_lost_with_a_worker_are_submitted_again(tmp_path, monkeypatch):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         tasks = [json.loads(line)["task"] for line in f if json.loads(line)["kind"] == "task_lost"]
     assert tasks[0].startswith("rollout actor") and tasks[1] == "write s00000000"
+
+
+def test_dask_workers_can_write_the_checkpoints(tmp_path):
+    run_dir = tmp_path / "run"
+    summary = train(small_config("dask", total_env_steps=2048, checkpoint={"engine": "dask", "every_steps": 200}),
+                    run_dir)
+    assert_complete_run_dir(str(run_dir), summary)                 # the latest checkpoint restores
+    with pytest.raises(config_lib.ConfigError, match="checkpoint.engine 'dask' needs executor 'dask'"):
+        config_lib.validate(small_config("local", checkpoint={"engine": "dask"}))

@@ -68,7 +68,9 @@ class Checkpointer:
         keep_every: additionally keep every step divisible by this (None: none).
         max_workers: threads that encode/write chunks and copy state to host.
         engine: "auto" (tensorstore for local paths, zarr-python otherwise),
-            "tensorstore" (local paths only) or "zarr".
+            "tensorstore" (local paths only), "zarr", or "dask": chunks written by the
+            workers of ``dask_client`` (a location they all reach).
+        dask_client: a ``distributed.Client`` for ``engine="dask"``.
         zstd_level: zstd level; 1 by default because trained float32 weights
             barely compress (~10%) at any level and level 1 is the fastest.
         target_chunk_bytes: upper bound of one chunk (unit of parallelism and of partial reads).
@@ -85,15 +87,17 @@ class Checkpointer:
 
     def __init__(self, url: str, keep_last: Optional[int] = 3, keep_every: Optional[int] = None,
                  max_workers: int = 4, *, engine: str = "auto", zstd_level: int = 1,
-                 target_chunk_bytes: int = 4 << 20, reuse_buffers: bool = True):
+                 target_chunk_bytes: int = 4 << 20, reuse_buffers: bool = True, dask_client=None):
         if keep_last is not None and keep_last < 1:
             raise CheckpointError(f"keep_last must be >= 1 or None, got {keep_last}")
         if keep_every is not None and keep_every < 1:
             raise CheckpointError(f"keep_every must be >= 1 or None, got {keep_every}")
         if max_workers < 1:
             raise CheckpointError(f"max_workers must be >= 1, got {max_workers}")
-        if engine not in ("auto", "tensorstore", "zarr"):
-            raise CheckpointError(f"unknown engine {engine!r}; valid: auto, tensorstore, zarr")
+        if engine not in ("auto", "tensorstore", "zarr", "dask"):
+            raise CheckpointError(f"unknown engine {engine!r}; valid: auto, tensorstore, zarr, dask")
+        if (engine == "dask") != (dask_client is not None):
+            raise CheckpointError("engine='dask' and dask_client go together; valid: both or neither")
         try:
             self.url = urls.normalize(url)
             fs, root = urls.resolve(self.url)
@@ -102,13 +106,16 @@ class Checkpointer:
         local = urls.scheme_of(self.url) == "file"
         if engine == "tensorstore" and not local:
             raise CheckpointError(f"engine='tensorstore' needs a local path, got {self.url!r}")
+        if engine == "dask" and urls.scheme_of(self.url) == "memory":
+            raise CheckpointError(f"engine='dask' needs a location workers reach (path, s3://, gs://),"
+                                  f" got {self.url!r}")
         self._loc = Location(fs, root, local)
         self._check_root()
         self.keep_last, self.keep_every = keep_last, keep_every
         self.target_chunk_bytes, self.reuse_buffers = target_chunk_bytes, reuse_buffers
         use_ts = engine == "tensorstore" or (engine == "auto" and local)
-        self._writer = (engines.TensorstoreWriter if use_ts else engines.ZarrWriter)(
-            max_workers, zstd_level)
+        self._writer = (engines.DaskWriter(dask_client, zstd_level) if engine == "dask" else
+                        (engines.TensorstoreWriter if use_ts else engines.ZarrWriter)(max_workers, zstd_level))
         self._background = ThreadPoolExecutor(1, thread_name_prefix="ckpt-writer")
         self._copy_pool = ThreadPoolExecutor(max_workers, thread_name_prefix="ckpt-copy")
         self._pending: Optional[Tuple[int, Future]] = None
