@@ -8,8 +8,8 @@ zarr v3 format (codecs ``bytes -> zstd -> crc32c``, chunked along rows):
   chunks are handed to tensorstore as they fill; it encodes and writes them on
   its own thread pool (``threads`` bounds it) straight from those buffers. On
   this machine kind it writes zstd about 2.5x faster than zarr-python
-  (PLATFORM_FACTS.md); the writer reaches 0.83-0.88x of bare tensorstore on
-  CartPole steps (benchmarks/RESULTS.md).
+  (PLATFORM_FACTS.md); the writer reaches 0.78-0.88x (median 0.83x) of bare
+  tensorstore on CartPole steps (benchmarks/RESULTS.md).
   The same engine writes s3:// and gs:// through tensorstore's own kvstores.
 * ``zarr`` (memory://, or on request): zarr-python over ``FsspecStore``,
   which writes the chunks of an array concurrently.
