@@ -19,6 +19,7 @@ import uuid
 from typing import Dict, Tuple
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 #: Schemes DataBloom supports. Object stores need their fsspec package (gcsfs, s3fs).
 SUPPORTED_SCHEMES = ("file", "memory", "gs", "gcs", "s3")
@@ -97,7 +98,7 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     and the new one survives a crash once this returns. Object stores and
     memory://: one put, which is atomic there.
     """
-    if "file" not in fs.protocol and "local" not in fs.protocol:
+    if not isinstance(fs, LocalFileSystem):
         fs.pipe_file(path, data)
         return
     directory = os.path.dirname(path)

@@ -114,7 +114,7 @@ class Checkpointer:
         self.keep_last, self.keep_every = keep_last, keep_every
         self.target_chunk_bytes, self.reuse_buffers = target_chunk_bytes, reuse_buffers
         use_ts = engine == "tensorstore" or (engine == "auto" and local)
-        self._writer = (engines.DaskWriter(dask_client, zstd_level) if engine == "dask" else
+        self._writer = (engines.DaskWriter(dask_client, max_workers, zstd_level) if engine == "dask" else
                         (engines.TensorstoreWriter if use_ts else engines.ZarrWriter)(max_workers, zstd_level))
         self._background = ThreadPoolExecutor(1, thread_name_prefix="ckpt-writer")
         self._copy_pool = ThreadPoolExecutor(max_workers, thread_name_prefix="ckpt-copy")

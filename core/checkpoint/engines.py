@@ -87,24 +87,23 @@ class DaskWriter(TensorstoreWriter):
     empty arrays are written by the writer itself.
     """
 
-    def __init__(self, client, zstd_level: int):
-        super().__init__(max_workers=2, zstd_level=zstd_level)
+    def __init__(self, client, max_workers: int, zstd_level: int):
+        super().__init__(max_workers, zstd_level)   # the writer's own context: creates, scalars
         self.client = client
         self.slab_tasks = 0       # slabs written by workers in the last write (for tests and logs)
 
     def write(self, jobs: Sequence[ArrayJob]) -> None:
-        opens = [ts.open(self._spec(path, arr, chunks), create=True, delete_existing=True,
-                         context=self.context) for path, arr, chunks in jobs]
+        specs = [self._spec(path, arr, chunks) for path, arr, chunks in jobs]
+        opens = [ts.open(spec, create=True, delete_existing=True, context=self.context) for spec in specs]
         workers = max(1, len(self.client.scheduler_info().get("workers", {})))
         futures, local = [], []
-        for o, (path, arr, chunks) in zip(opens, jobs):
+        for o, spec, (_, arr, chunks) in zip(opens, specs, jobs):
             store = o.result()
             if arr.ndim == 0 or arr.size == 0:
                 local.append(store.write(arr))
                 continue
             per_slab = -(-arr.shape[0] // workers)
             per_slab = -(-per_slab // chunks[0]) * chunks[0]          # whole chunks only
-            spec = self._spec(path, arr, chunks)
             for lo in range(0, arr.shape[0], per_slab):
                 futures.append(self.client.submit(_write_slab, spec, lo, arr[lo:lo + per_slab], pure=False))
         self.slab_tasks = len(futures)
