@@ -1,6 +1,18 @@
 """DataBloom: RL training as an orchestrated batch workflow (ActorQ + SEED RL + zarr)."""
 from setuptools import find_packages, setup
 
+# Optional parts, one list each, reused by the `test` extra.
+DMC = ["dm-control>=1.0.50", "mujoco>=3.17,<4"]  # mujoco 4.0.0 breaks dm_control (MjModel.flex_vertedge)
+ATARI = ["ale-py>=0.12"]                           # the ROMs ship inside the wheel
+XARRAY = ["xarray"]
+DATAFLOW = ["apache-beam[gcp]>=2.77"]              # DataflowRunner job requests (tests translate with --dry_run)
+RLDS = ["tensorflow-datasets>=4.9.10"]             # RLDS export through TFDS's own writer
+EIT = ["experiment-impact-tracker==0.1.8"]         # ActorQ's carbon tracker; core.carbon adapts its imports
+# s3:// run directories. aiobotocore pins botocore to a window of a few releases and every boto3
+# release pins one botocore, so boto3 (which moto needs) is bounded to that same window; without it
+# pip backtracks through boto3 releases for minutes.
+S3 = ["s3fs>=2024.10", "aiobotocore>=3.10,<3.11", "boto3>=1.43.115,<1.43.118"]
+
 setup(
     name="databloom",
     version="0.1.0",
@@ -35,16 +47,24 @@ setup(
         "grpcio>=1.60",             # SEED central inference: bidi streaming, raw numpy bytes (core.inference)
     ],
     extras_require={
-        # Everything the test suite exercises, so a fresh machine runs all of it: dm_control tests
-        # (~10 s install), the Atari adapter (ROMs ship in the ale-py wheel), xarray snapshot views.
-        # moto's S3 server answers a PUT with If-None-Match: * by 412 from 5.0.15 on (tested 5.2.1, 5.2.5).
-        "test": ["pytest>=8", "pytest-timeout", "dm-control>=1.0.50", "mujoco>=3.17,<4", "ale-py>=0.12",
-                 "xarray", "moto[server]>=5.2.1", "s3fs>=2024.10", "boto3>=1.35"],
-        "atari": ["ale-py>=0.12"],
-        "dmc": ["dm-control>=1.0.50", "mujoco>=3.17,<4"],
-        "dataflow": ["apache-beam[gcp]>=2.77"],
+        # Everything the test suite exercises, so a fresh machine runs all of it and CI skips nothing.
+        # Each bound states a real need; see the comments. (The old open-ended `boto3>=1.35` made pip
+        # walk back through hundreds of boto3 releases and end in ResolutionImpossible.)
+        "test": [
+            "pytest>=8",
+            "pytest-timeout",
+            *DMC, *ATARI, *XARRAY, *DATAFLOW, *RLDS, *EIT,
+            "moto[server]>=5.2.1",   # its S3 server answers PUT If-None-Match: * with 412 from 5.0.15 on
+            *S3,
+        ],
+        "atari": ATARI,
+        "dmc": DMC,
+        "dataflow": DATAFLOW,
+        "s3": S3,
+        "rlds": RLDS,
+        "eit": EIT,
         "carbon": ["codecarbon>=3.3"],
-        "xarray": ["xarray"],
+        "xarray": XARRAY,
         "bench": ["stable-baselines3>=2.3", "torch==2.13.0"],
     },
     entry_points={"console_scripts": ["databloom-train=pipelines.train:main"]},
