@@ -1,0 +1,58 @@
+"""Suite-wide pytest hooks: in CI, no capability may skip silently.
+
+Every optional dependency a test needs is in the ``test`` extra, so on a
+machine set up with the README's test command nothing should skip. Tests
+still use ``pytest.importorskip`` so that a partial install (say, without
+``apache-beam[gcp]``) can run the rest. In CI (``CI=true``, which ``.ci/run``
+sets) a skip means the extra lost a package or a test lost its capability,
+so any skip not listed in :data:`DOCUMENTED_SKIPS` turns the run red::
+
+    CI=true pytest      # 1 if anything undocumented skipped, with the list
+
+The README's "Tests" section lists the same documented skips.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List
+
+import pytest
+
+#: node id (or module path for module-level skips) -> what it needs. Keep in sync with README "Tests".
+DOCUMENTED_SKIPS: Dict[str, str] = {}
+
+_SKIPPED: List[str] = []
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _documented(nodeid: str) -> bool:
+    return any(nodeid == k or nodeid.startswith(k + "::") for k in DOCUMENTED_SKIPS)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:   # a module-level importorskip skips the whole file
+        _SKIPPED.append(report.nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SKIPPED.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    undocumented = sorted({n for n in _SKIPPED if not _documented(n)})
+    if not (_in_ci() and undocumented):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_line(f"error: {len(undocumented)} test(s) skipped in CI without being documented "
+                            "(tests/conftest.py DOCUMENTED_SKIPS, README 'Tests'); install what they need:",
+                            red=True)
+        for nodeid in undocumented:
+            reporter.write_line(f"  {nodeid}", red=True)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
