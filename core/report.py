@@ -347,7 +347,7 @@ def suite_record(run_dir: str) -> Dict[str, Any]:
             "curve": [[e["step"], e["wall_s"], e["mean"]] for e in run.evals]}
 
 
-def _median_to_target(values: Sequence[Optional[float]]) -> Optional[float]:
+def median_to_target(values: Sequence[Optional[float]]) -> Optional[float]:
     """Median with runs that never reached the target counted as infinitely slow; None if that median is inf."""
     if not values:
         return None
@@ -376,8 +376,8 @@ def suite_rows(records: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
                      "seeds": sorted(r["seed"] for r in rs),
                      "solved": sum(bool(r.get("reached")) for r in rs), "failed": len(rs) - len(done),
                      "ended_at_target": sum(bool(r.get("ended_at_target")) for r in rs),
-                     "median_env_steps_to_target": _median_to_target([r.get("env_steps_to_target") for r in rs]),
-                     "median_time_to_target_s": _median_to_target([r.get("time_to_target_s") for r in rs]),
+                     "median_env_steps_to_target": median_to_target([r.get("env_steps_to_target") for r in rs]),
+                     "median_time_to_target_s": median_to_target([r.get("time_to_target_s") for r in rs]),
                      "median_final_return": float(np.median(finals)) if finals else None})
     return rows
 

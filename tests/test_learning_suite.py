@@ -297,3 +297,72 @@ def test_suite_end_to_end_one_tiny_run_then_resume(tmp_path):
     again = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "1 already recorded, 0 to run" in again.stdout
     assert json.loads(out.read_text())["runs"] == [rec]
+
+
+# -- benchmarks/time_to_solve.py: DataBloom vs SB3 DQN / PPO ----------------------------------------------------------
+from benchmarks import time_to_solve as tts  # noqa: E402
+
+
+def _tts_run(system, seed, seconds, steps, final=500.0, status="ok"):
+    return {"system": system, "seed": seed, "status": status, "reached": seconds is not None,
+            "time_to_target_s": seconds, "env_steps_to_target": steps, "final_return": final}
+
+
+TTS_RUNS = [_tts_run("databloom", 0, 40.0, 30_000), _tts_run("sb3-dqn", 0, 159.7, 22_000),
+            _tts_run("sb3-ppo", 0, 28.0, 10_000), _tts_run("databloom", 1, 60.0, 50_000),
+            _tts_run("sb3-dqn", 1, None, None, None, status="failed"), _tts_run("sb3-ppo", 1, 31.0, 16_000),
+            _tts_run("databloom", 2, None, None, 151.0), _tts_run("sb3-dqn", 2, 79.2, 28_000),
+            _tts_run("sb3-ppo", 2, 34.5, 14_000)]
+
+
+def test_time_to_solve_rows_table_and_goals_exact():
+    db, dqn, ppo = tts.summarize(TTS_RUNS, tts.SYSTEMS)
+    assert (db["solved"], db["runs"], db["median_time_to_target_s"], db["median_env_steps_to_target"]) == \
+        (2, 3, 60.0, 50_000.0)                                 # [40, 60, inf], [30k, 50k, inf]
+    assert db["median_final_return"] == 500.0                  # [500, 500, 151]
+    assert (dqn["solved"], dqn["failed"], dqn["median_time_to_target_s"]) == (2, 1, 159.7)
+    assert (ppo["median_time_to_target_s"], ppo["median_env_steps_to_target"]) == (31.0, 14_000.0)
+    assert tts.markdown_table([db, dqn, ppo]).splitlines() == [
+        "| system | seed 0 | seed 1 | seed 2 | median time to 475 (s) | median env steps to 475 | "
+        "median final return | solved |",
+        "|---|---|---|---|---|---|---|---|",
+        "| databloom | 40.0 s / 30k | 60.0 s / 50k | unsolved | 60.0 | 50,000 | 500.0 | 2/3 |",
+        "| sb3-dqn | 159.7 s / 22k | unsolved | 79.2 s / 28k | 159.7 | 28,000 | 500.0 | 2/3 (1 failed) |",
+        "| sb3-ppo | 28.0 s / 10k | 31.0 s / 16k | 34.5 s / 14k | 31.0 | 14,000 | 500.0 | 3/3 |"]
+    assert tts.goal_lines([db, dqn, ppo]) == [
+        "DataBloom solved 2/3 (goal: all)",
+        "median s to 475: DataBloom 60.0 <= sb3-ppo 31.0? not met",
+        "median s to 475: DataBloom 60.0 < sb3-dqn 159.7? met",
+        "median env steps to 475: DataBloom 50,000.0 <= sb3-dqn 28,000.0? not met"]
+
+
+def test_time_to_solve_order_rotates_by_seed():
+    assert [tts.run_order(s, tts.SYSTEMS)[0] for s in range(4)] == ["databloom", "sb3-dqn", "sb3-ppo", "databloom"]
+    assert tts.run_order(1, tts.SYSTEMS) == ["sb3-dqn", "sb3-ppo", "databloom"]
+
+
+def test_time_to_solve_without_sb3_one_line_error(tmp_path, monkeypatch, capsys):
+    real = tts.importlib.util.find_spec
+    monkeypatch.setattr(tts.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("stable_baselines3", "torch") else real(name, *a))
+    out = tmp_path / "t.json"
+    assert tts.main(["--seeds", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == ('error: stable_baselines3 and torch are not installed, needed for sb3-dqn, '
+                                       'sb3-ppo: pip install -e ".[bench]" (or run --systems databloom)\n')
+    assert not out.exists()
+
+
+def test_time_to_solve_databloom_path(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert tts.main(["--systems", "databloom", "--seeds", "1", "--eval-every", "1024", "--executor", "local",
+                     "--set", "total_env_steps=2048", "--set", "replay.min_size=500", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    (run,) = data["runs"]
+    assert (run["system"], run["seed"], run["status"], run["executor"], run["env_steps"]) == ("databloom", 0, "ok",
+                                                                                          "local", 2048)
+    assert "--set eval.every_env_steps=1024 --set eval.episodes=20 --set eval.confirm_episodes=100" in run["command"]
+    assert [c[0] for c in run["curve"]] == [1024, 2048]   # local executor: an evaluation every 1,024 env steps
+    assert data["eval"] == {"every_env_steps": 1024, "episodes": 20, "confirm_episodes": 100, "target": 475.0}
+    assert data["rows"][0]["runs"] == 1 and data["rows"][0]["solved"] == int(run["reached"])
+    md = (tmp_path / "t.md").read_text()
+    assert "| databloom |" in md and "DataBloom solved" in md
