@@ -22,7 +22,7 @@ vs env steps and vs wall time) with :mod:`core.report`.
 
 Usage::
 
-    python -m benchmarks.learning_suite --quick       # default + cartpole-vtrace, 2 seeds, small budgets (~5 min)
+    python -m benchmarks.learning_suite --quick       # default + cartpole-vtrace, 2 seeds, small budgets
     python -m benchmarks.learning_suite               # every shipped config: 5 seeds, configs/default.yaml 10
     python -m benchmarks.learning_suite --resume      # continue: skip runs already recorded for this commit
     python -m benchmarks.learning_suite --configs 'configs/actorq/*' --seeds 3
@@ -54,7 +54,7 @@ QUICK_OUT = os.path.join("benchmarks", "results", "learning-suite-quick.json")
 VARIANTS: Dict[str, List[tuple]] = {"configs/cartpole-vtrace.yaml": [("inference=central",)]}
 #: --quick: these configs with reduced budgets (both usually solve well inside them on a quiet machine)
 QUICK: Dict[str, tuple] = {"configs/default.yaml": ("total_env_steps=40000",),
-                           "configs/cartpole-vtrace.yaml": ("total_env_steps=150000",)}
+                           "configs/cartpole-vtrace.yaml": ("total_env_steps=200000",)}
 PRUNED = ("replay", "checkpoints", "best", "tb")
 
 EPILOG = f"""
@@ -79,7 +79,8 @@ records and resume:
 
 quick:
   --quick runs {', '.join(f"{c} ({' '.join(o)})" for c, o in QUICK.items())}, 2 seeds, into {QUICK_OUT}
-  (about 4-6 minutes on a quiet 2-core machine).
+  (estimated 3-6 minutes on a quiet 2-core machine from
+  the single-seed timings in benchmarks/RESULTS.md; not yet measured).
 
 examples:
   python -m benchmarks.learning_suite --quick
@@ -114,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"after a run is recorded, delete its {', '.join(PRUNED)}/ (curves and summary stay)")
     p.add_argument("--run-timeout", type=float, metavar="S",
                    help="kill a run after S seconds and record it as failed (default: no limit)")
-    p.add_argument("--no-progress", action="store_true", help="plain log lines instead of progress bars")
+    p.add_argument("--no-progress", action="store_true",
+                   help="plain log lines (one a minute per run, with the ETA) instead of progress bars; "
+                        "automatic when stderr is not a terminal")
     return p
 
 
@@ -254,23 +257,28 @@ def run_plan(plan: Sequence[PlannedRun], records: List[Dict[str, Any]], args: ar
     print(f"{len(plan)} runs planned, {len(plan) - len(todo)} already recorded, {len(todo)} to run -> {out}",
           flush=True)
     eta = EtaModel(records)
-    overall = None if args.no_progress else _overall_bar(len(todo))
+    progress = not args.no_progress and sys.stderr.isatty()   # bars need a terminal; logs get plain lines
+    overall = _overall_bar(len(todo)) if progress else None
     for i, run in enumerate(todo):
         run_dir = run.run_dir(args.runs_dir, commit)
-        if overall is not None:
-            overall.set_postfix_str(eta.text(todo[i:], 0.0))
-        rec = run_one(run, run_dir, commit, dirty, timeout=args.run_timeout, progress=not args.no_progress,
-                      harvest=args.resume,
-                      on_tick=None if overall is None else
-                      (lambda elapsed, i=i: overall.set_postfix_str(eta.text(todo[i:], elapsed))))
+
+        def tick(elapsed: float, rest=todo[i:]) -> str:
+            text = eta.text(rest, elapsed)
+            if overall is not None:
+                overall.set_postfix_str(text)   # also refreshes the elapsed time
+            return text
+        text = tick(0.0)
+        if overall is None:
+            print(f"[{i + 1}/{len(todo)}] {run.label} seed {run.seed} ({run.budget:,} env steps at most); {text}",
+                  flush=True)
+        rec = run_one(run, run_dir, commit, dirty, timeout=args.run_timeout, progress=progress, on_tick=tick,
+                      harvest=args.resume)
         upsert(records, rec)
         save_records(out, records)
         eta.add(rec)
         if args.prune:
             _prune(run_dir)
-        line = (f"[{i + 1}/{len(todo)}] {run.label} seed {run.seed}: {rec['status']}, "
-                f"reached={rec['reached']}, steps to target={rec.get('env_steps_to_target')}, "
-                f"final={rec.get('final_return')}, {rec['process_wall_s']:.0f} s")
+        line = f"[{i + 1}/{len(todo)}] {run.label} seed {run.seed}: {_outcome(rec)}"
         if overall is not None:
             overall.update(1)
             overall.write(line)
@@ -280,10 +288,22 @@ def run_plan(plan: Sequence[PlannedRun], records: List[Dict[str, Any]], args: ar
         overall.close()
 
 
+def _outcome(rec: Dict[str, Any]) -> str:
+    """``reached 475 at 24,576 env steps / 41.2 s, final 488.5, 52 s`` (or why the run failed)."""
+    if rec["status"] != "ok":
+        return f"{rec['status']}: {rec.get('error', '')}"
+    wall = "" if rec.get("process_wall_s") is None else f", {rec['process_wall_s']:.0f} s"
+    final = "-" if rec.get("final_return") is None else f"{rec['final_return']:.1f}"
+    if rec["reached"]:
+        return (f"reached {rec['target_return']:g} at {rec['env_steps_to_target']:,} env steps / "
+                f"{rec['time_to_target_s']:.1f} s, final {final}{wall}")
+    return f"not reached ({rec['target_return']:g}) in {rec.get('env_steps') or 0:,} env steps, final {final}{wall}"
+
+
 def _overall_bar(total: int):
     from tqdm.auto import tqdm
     return tqdm(total=total, desc="suite", unit="run", position=0, dynamic_ncols=True,
-                bar_format="{desc}: {n}/{total} runs |{bar}| {elapsed} elapsed{postfix}")
+                bar_format="{desc}: {n}/{total} runs |{bar:20}| {elapsed} elapsed{postfix}")
 
 
 @cli_errors

@@ -34,6 +34,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV_STEP_KINDS = frozenset({"commit", "eval", "policy_lag", "workers", "round", "inference", "summary"})
 #: seconds a run spends before its first env step (imports, cluster start-up), for estimates before any run ended
 STARTUP_GUESS_S = 10.0
+#: seconds between plain progress lines (no progress bar)
+PLAIN_EVERY_S = 60.0
 
 
 def _slug(text: str) -> str:
@@ -142,12 +144,18 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _watch(proc: subprocess.Popen, run: PlannedRun, run_dir: str, timeout: Optional[float], progress: bool,
-           on_tick: Optional[Callable[[float], None]]) -> Optional[int]:
-    """Wait for ``proc``, updating a bar from metrics.jsonl; the return code, or None after a timeout."""
-    tail, t0, bar = MetricsTail(os.path.join(run_dir, "metrics.jsonl")), time.time(), None
+           on_tick: Optional[Callable[[float], Optional[str]]]) -> Optional[int]:
+    """Wait for ``proc``, showing its env steps from metrics.jsonl; the return code, or None after a timeout.
+
+    With ``progress`` a tqdm bar; without, one plain line every
+    :data:`PLAIN_EVERY_S` seconds (readable in a log file). ``on_tick(elapsed)``
+    runs every poll; the text it returns (the suite's ETA) ends the plain line.
+    """
+    tail, t0, bar, last_line = MetricsTail(os.path.join(run_dir, "metrics.jsonl")), time.time(), None, time.time()
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=run.budget, desc=f"{run.label} seed {run.seed}", unit="step", position=1, leave=False,
+        short = run.config.removeprefix("configs/").removesuffix(".yaml")
+        bar = tqdm(total=run.budget, desc=f"{short} seed {run.seed}", unit="step", position=1, leave=False,
                    dynamic_ncols=True)
     try:
         while proc.poll() is None:
@@ -159,8 +167,12 @@ def _watch(proc: subprocess.Popen, run: PlannedRun, run_dir: str, timeout: Optio
                 bar.update(steps - bar.n)
                 bar.set_postfix_str("eval -" if tail.last_eval is None else f"eval {tail.last_eval:.1f}",
                                     refresh=False)
-            if on_tick is not None:
-                on_tick(time.time() - t0)
+            extra = on_tick(time.time() - t0) if on_tick is not None else None
+            if bar is None and time.time() - last_line >= PLAIN_EVERY_S:
+                last_line = time.time()
+                shown = "-" if tail.last_eval is None else f"{tail.last_eval:.1f}"
+                print(f"  {run.label} seed {run.seed}: {steps:,}/{run.budget:,} env steps, eval {shown}, "
+                      f"{last_line - t0:.0f} s" + (f"; {extra}" if extra else ""), flush=True)
             time.sleep(0.5)
         return proc.returncode
     finally:
@@ -179,7 +191,7 @@ def _last_line(path: str) -> str:
 
 
 def run_one(run: PlannedRun, run_dir: str, commit: str, dirty: bool, timeout: Optional[float] = None,
-            progress: bool = True, on_tick: Optional[Callable[[float], None]] = None,
+            progress: bool = True, on_tick: Optional[Callable[[float], Optional[str]]] = None,
             harvest: bool = False) -> Dict[str, Any]:
     """Train ``run`` in a fresh process into ``run_dir`` (replacing what is there) and return its record.
 

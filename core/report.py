@@ -1,4 +1,4 @@
-"""The ActorQ comparison report: runs of one task at several precisions -> plots and a table.
+"""Reports from run directories: the ActorQ comparison (precisions x seeds) and the learning suite (configs x seeds).
 
 Input: run directories written by ``pipelines.train`` (``config.json``,
 ``summary.json``, ``metrics.jsonl`` with ``eval`` records). Runs are grouped
@@ -30,11 +30,23 @@ Curves: each seed's evaluation returns are interpolated (linearly, held
 flat after its last evaluation) onto a common grid of wall-clock seconds or
 env steps, from the first evaluation of any seed to the last; the plot shows the mean across seeds and a min-max band.
 
+The learning suite (``benchmarks/learning_suite.py``) uses the second half:
+:func:`suite_record` turns a finished run directory into one JSON record
+(summary fields, plus the evaluation curve and best confirmed return from
+``metrics.jsonl``); :func:`suite_rows` aggregates records per config label
+(solved k/N, medians of env steps and time to target with an unsolved run
+counted as infinitely slow, median final return); :func:`plot_suite_curves`
+draws the median and min-max band over seeds (:func:`band_on_grid`, the
+same interpolation as above).
+
 Example::
 
     runs = load_runs(["runs/a-fp32-s0", "runs/a-int8-s0", ...])
     rows = summarize(runs)
     write_report(runs, "report/")         # report.md, returns_*.png, speedup.png, carbon.png
+
+    records = [dict(suite_record(d), label="configs/default.yaml", seed=s) for s, d in enumerate(dirs)]
+    write_suite_report(records, "suite/")  # learning-suite.md, configs-default-yaml.png
 """
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ def test_selection_covers_every_shipped_config_and_the_central_variant():
 def test_quick_plan(capsys):
     assert suite.main(["--quick", "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == "4 runs, 380,000 env steps at most"
+    assert out[-1] == "4 runs, 480,000 env steps at most"
     assert "--config configs/default.yaml --seed 1" in out[2] and out[2].endswith("--set total_env_steps=40000")
 
 
