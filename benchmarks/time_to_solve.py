@@ -23,7 +23,7 @@ reached it counts as infinitely slow, see ``core.report.median_to_target``),
 median final return. Writes ``--out`` (JSON, every run) and the markdown table
 beside it (``.md``).
 
-    python benchmarks/time_to_solve.py                       # 5 seeds x 3 systems (~30-45 min on 2 cores)
+    python benchmarks/time_to_solve.py                       # 5 seeds x 3 systems (est. 15-25 min, quiet 2 cores)
     python benchmarks/time_to_solve.py --systems databloom --seeds 3 --executor local
 """
 from __future__ import annotations
@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "dask"], help="DataBloom executor (default: the config's, dask)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="extra DataBloom config override (repeatable)")
-    p.add_argument("--torch-threads", type=int, default=2, help="torch threads for SB3 (default 2, the cores here)")
+    p.add_argument("--torch-threads", type=int, default=2, metavar="N", help="torch threads for SB3 (default 2, the cores here)")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="JSON", help="results (the table goes to the .md beside it)")
     return p
 

@@ -260,6 +260,15 @@ def test_metrics_tail_follows_env_steps_and_keeps_partial_lines(tmp_path):
     assert tail.poll() == 4096 and tail.last_eval == 477.5
 
 
+def test_resume_harvests_a_finished_run_dir_without_training(tmp_path):
+    run = suite.plan_runs([("configs/default.yaml", ())], 1, 1, [])[0]
+    run_dir = _run_dir(tmp_path, "seed-0")   # finished (summary.json), but the suite stopped before recording it
+    rec = suite_runs.run_one(run, run_dir, "c0ffee", False, progress=False, harvest=True)
+    assert rec["status"] == "ok" and rec["process_wall_s"] is None and rec["final_return"] == 488.5
+    assert (rec["label"], rec["seed"], rec["git_commit"]) == ("configs/default.yaml", 0, "c0ffee")
+    assert not os.path.exists(rec["log"])   # nothing was started
+
+
 # -- real subprocess runs (small) -------------------------------------------------------------------------------------
 def test_failed_and_timed_out_runs_are_recorded(tmp_path):
     bad = suite_runs.PlannedRun("configs/no-such.yaml", (), 0, 100, "local", 475.0)
