@@ -230,7 +230,8 @@ def render(records: List[Dict[str, Any]], report_dir: str, commit: Optional[str]
         raise ConfigError(f"--commit {commit!r} has no records; recorded: {', '.join(sorted(commits))}")
     dates = sorted(r["date"] for r in rs)
     m = rs[0].get("machine", {})
-    notes = [f"commit {rs[0]['git_commit']}" + (" (uncommitted changes)" if any(r.get("git_dirty") for r in rs) else ""),
+    dirty = " (uncommitted changes)" if any(r.get("git_dirty") for r in rs) else ""
+    notes = [f"commit {rs[0]['git_commit']}{dirty}",
              f"{len(rs)} runs, {dates[0]} to {dates[-1]}, machine: {m.get('cpu', '?')} x {m.get('cores', '?')}",
              "command per run: `" + rs[0]["command"] + "` (config and seed vary)"]
     return report_lib.write_suite_report(rs, report_dir, notes=notes)

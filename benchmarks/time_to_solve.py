@@ -186,7 +186,8 @@ def goal_lines(rows: Sequence[Dict[str, Any]]) -> List[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python benchmarks/time_to_solve.py", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=5, metavar="N", help="seeds 0..N-1 per system (default 5)")
     p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), help="default: all three")
     p.add_argument("--eval-every", type=int, default=4000, metavar="N",
@@ -196,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "dask"], help="DataBloom executor (default: the config's, dask)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="extra DataBloom config override (repeatable)")
-    p.add_argument("--torch-threads", type=int, default=2, metavar="N", help="torch threads for SB3 (default 2, the cores here)")
+    p.add_argument("--torch-threads", type=int, default=2, metavar="N",
+                   help="torch threads for SB3 (default 2, the cores here)")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="JSON", help="results (the table goes to the .md beside it)")
     return p
 
@@ -218,8 +220,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         for system in run_order(seed, args.systems):
             rec = run_one(system, seed, args)
             result["runs"].append(rec)
-            print(f"seed {seed} {system}: {rec['status']}, " + (_cell(rec["time_to_target_s"], rec["env_steps_to_target"])
-                  if rec["status"] == "ok" else rec["error"]), flush=True)
+            shown = _cell(rec["time_to_target_s"], rec["env_steps_to_target"]) if rec["status"] == "ok" \
+                else rec["error"]
+            print(f"seed {seed} {system}: {rec['status']}, {shown}", flush=True)
             _write(args.out, result)   # after every run: an interrupted benchmark keeps what it measured
     rows = summarize(result["runs"], args.systems)
     result["rows"] = rows
