@@ -1,130 +1,252 @@
-"""Wall time and env steps to reach an evaluation return of 475 on CartPole-v1.
+"""Time from process start to a confirmed 475 on CartPole-v1: DataBloom's default vs SB3 DQN and SB3 PPO.
 
-Runs ``python -m pipelines.train`` (the default config: double DQN, int8
-actors on Dask) for several seeds, each in a fresh process, and reads
-``summary.json``: ``time_to_target_s`` counts from process start (imports,
-cluster start-up and evaluations included), and a target counts only once a
-100-episode confirmation agrees (see core.evaluation). When Stable-Baselines3
-is installed (``pip install -e ".[bench]"``) it runs SB3's DQN with the
-RL-Zoo CartPole-v1 hyperparameters side by side, seed by seed, in the same
-way (fresh process, clock from process start, eval every 2,000 env steps on
-20 episodes, 50k env steps), and prints the ratio of medians.
+Systems, each run in a fresh process whose clock starts at process start
+(imports, cluster start-up and evaluations included):
 
-    python benchmarks/time_to_solve.py                 # 3 seeds
-    python benchmarks/time_to_solve.py --seeds 0 1 2 3 4 --executor local
+* ``databloom``: ``python -m pipelines.train --seed S`` (configs/default.yaml:
+  double DQN, int8 actors on Dask), read from the run's summary.json;
+* ``sb3-dqn`` / ``sb3-ppo``: Stable-Baselines3 with the rl-baselines3-zoo
+  CartPole-v1 settings (``benchmarks/sb3_cartpole.py``; PPO on 8 envs), which
+  need ``pip install -e ".[bench]"``.
+
+For each seed the systems run back to back, the order rotated by the seed
+(seed 0: databloom, dqn, ppo; seed 1: dqn, ppo, databloom; ...), so slow drifts
+in machine load hit all alike. Every run uses the same rule for its first
+hit: every ``--eval-every`` env steps (default 4,000, the default config's
+value) 20 greedy episodes; when their mean reaches 475, ``--confirm-episodes``
+(default 100, the default config's value) fresh episodes must agree. DataBloom
+gets these as ``--set eval.*`` overrides, equal to what it ships by default.
+Every system stops at its first hit.
+
+Per system: solved k/N, median time and env steps to 475 (a run that never
+reached it counts as infinitely slow, see ``core.report.median_to_target``),
+median final return. Writes ``--out`` (JSON, every run) and the markdown table
+beside it (``.md``).
+
+    python benchmarks/time_to_solve.py                       # 5 seeds x 3 systems (est. 15-25 min, quiet 2 cores)
+    python benchmarks/time_to_solve.py --systems databloom --seeds 3 --executor local
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import textwrap
-
-import numpy as np
+from typing import Any, Dict, List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
-SB3_SCRIPT = textwrap.dedent("""
-    import json, sys, time, psutil
-    START = psutil.Process().create_time()
-    import numpy as np, torch, gymnasium as gym
-    from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.evaluation import evaluate_policy
-    torch.set_num_threads(1)
-    seed = int(sys.argv[1])
-    class Eval(BaseCallback):
-        def __init__(self):
-            super().__init__(); self.first = None; self.curve = []
-        def _on_step(self):
-            if self.num_timesteps % 2000 == 0:
-                mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=20, deterministic=True)
-                self.curve.append((self.num_timesteps, float(mean)))
-                if mean >= 475 and self.first is None:
-                    self.first = (time.time() - START, self.num_timesteps)
-            return True
-    # RL-Zoo hyperparameters for CartPole-v1 (dqn.yml)
-    model = DQN("MlpPolicy", gym.make("CartPole-v1"), learning_rate=2.3e-3, batch_size=64, buffer_size=100000,
-                learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
-                exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]),
-                seed=seed, verbose=0)
-    cb = Eval(); cb.eval_env = gym.make("CartPole-v1")
-    model.learn(50_000, callback=cb)
-    final, _ = evaluate_policy(model, cb.eval_env, n_eval_episodes=20, deterministic=True)
-    print(json.dumps({"time_to_target_s": cb.first[0] if cb.first else None,
-                      "env_steps_to_target": cb.first[1] if cb.first else None,
-                      "final_return": float(final), "curve": cb.curve}))
-""")
+from pipelines.cli import cli_errors  # noqa: E402
+
+SYSTEMS = ("databloom", "sb3-dqn", "sb3-ppo")
+TARGET = 475.0
+DEFAULT_OUT = os.path.join(ROOT, "benchmarks", "results", "time_to_solve.json")
 
 
-def run_databloom(seed: int, executor: str, extra: list) -> dict:
+def check_sb3(systems: Sequence[str]) -> None:
+    """One-line ConfigError when an SB3 system is asked for and stable-baselines3 or torch is missing."""
+    from core.config import ConfigError
+    missing = [m for m in ("stable_baselines3", "torch") if importlib.util.find_spec(m) is None]
+    if missing and any(s.startswith("sb3") for s in systems):
+        raise ConfigError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed, needed for "
+                          f"{', '.join(s for s in systems if s.startswith('sb3'))}: "
+                          f'pip install -e ".[bench]" (or run --systems databloom)')
+
+
+def run_order(seed: int, systems: Sequence[str]) -> List[str]:
+    """``systems`` rotated by ``seed``: each system goes first, middle and last equally often."""
+    k = seed % len(systems)
+    return list(systems[k:]) + list(systems[:k])
+
+
+def _env(args: argparse.Namespace) -> Dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+
+
+def databloom_command(seed: int, run_dir: str, args: argparse.Namespace) -> List[str]:
+    cmd = [sys.executable, "-m", "pipelines.train", "--no-progress", "--seed", str(seed), "--run-dir", run_dir,
+           "--set", f"eval.every_env_steps={args.eval_every}", "--set", "eval.episodes=20",
+           "--set", f"eval.confirm_episodes={args.confirm_episodes}", "--set", f"eval.target_return={TARGET:g}"]
+    if args.executor:
+        cmd += ["--executor", args.executor]
+    for item in args.overrides:
+        cmd += ["--set", item]
+    return cmd
+
+
+def run_databloom(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
+    from core.report import suite_record
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pipelines.train", "--no-progress", "--seed", str(seed),
-               "--executor", executor, "--run-dir", os.path.join(tmp, "run"), *extra]
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(proc.stderr[-2000:])
-        with open(os.path.join(tmp, "run", "summary.json")) as f:
-            s = json.load(f)
-    final = s["final_eval"][s["precision"]]["mean"]
-    return {"time_to_target_s": s["time_to_target_s"], "env_steps_to_target": s["env_steps_to_target"],
-            "final_return": final, "env_steps": s["env_steps"], "wall_s": s["wall_s"]}
+        run_dir = os.path.join(tmp, "run")
+        cmd = databloom_command(seed, run_dir, args)
+        proc = subprocess.run(cmd, cwd=ROOT, env=_env(args), capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.exists(os.path.join(run_dir, "summary.json")):
+            return _failed(cmd, proc)
+        rec = suite_record(run_dir)
+    keep = ("reached", "time_to_target_s", "env_steps_to_target", "final_return", "env_steps", "executor", "curve")
+    return {"status": "ok", **{k: rec[k] for k in keep}, "command": _shown(cmd)}
 
 
-def run_sb3(seed: int) -> dict | None:
-    try:
-        import stable_baselines3  # noqa: F401
-    except ImportError:
-        return None
-    proc = subprocess.run([sys.executable, "-c", SB3_SCRIPT, str(seed)], capture_output=True, text=True)
+def sb3_command(algo: str, seed: int, args: argparse.Namespace) -> List[str]:
+    return [sys.executable, os.path.join(ROOT, "benchmarks", "sb3_cartpole.py"), "--algo", algo, "--seed", str(seed),
+            "--eval-every", str(args.eval_every), "--confirm-episodes", str(args.confirm_episodes),
+            "--torch-threads", str(args.torch_threads)]
+
+
+def run_sb3(algo: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
+    cmd = sb3_command(algo, seed, args)
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(args), capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-2000:])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return _failed(cmd, proc)
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"status": "ok", "reached": rec["time_to_target_s"] is not None, **rec, "command": _shown(cmd)}
 
 
-def _median(rows, key):
-    vals = [r[key] for r in rows if r and r[key] is not None]
-    return float(np.median(vals)) if len(vals) == len(rows) else float("nan")
+def _shown(cmd: List[str]) -> str:
+    import shlex
+    return shlex.join(["python"] + [os.path.relpath(c, ROOT) if c.endswith("sb3_cartpole.py") else c for c in cmd[1:]])
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--executor", default="dask", choices=["local", "dask"])
-    p.add_argument("--set", dest="overrides", action="append", default=[], help="config override for DataBloom")
-    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "time_to_solve.json"))
-    args = p.parse_args()
-    extra = [a for o in args.overrides for a in ("--set", o)]
-    ours, theirs = [], []
-    for seed in args.seeds:  # interleaved, so machine noise hits both alike
-        ours.append(run_databloom(seed, args.executor, extra))
-        theirs.append(run_sb3(seed))
-        print(f"seed {seed}: databloom {ours[-1]}  sb3 {theirs[-1] and {k: v for k, v in theirs[-1].items() if k != 'curve'}}",
-              flush=True)
-    from pipelines.cli import print_table
+def _failed(cmd: List[str], proc: subprocess.CompletedProcess) -> Dict[str, Any]:
+    lines = [line for line in (proc.stderr or "").splitlines() if line.strip()]
+    return {"status": "failed", "returncode": proc.returncode, "error": (lines or ["(no output)"])[-1][:500],
+            "reached": False, "time_to_target_s": None, "env_steps_to_target": None, "final_return": None,
+            "command": _shown(cmd)}
+
+
+def run_one(system: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
+    rec = run_databloom(seed, args) if system == "databloom" else run_sb3(system.split("-")[1], seed, args)
+    return {"system": system, "seed": seed, **rec}
+
+
+def summarize(runs: Sequence[Dict[str, Any]], systems: Sequence[str]) -> List[Dict[str, Any]]:
+    """One row per system: solved k/N, medians (unsolved = infinitely slow), per-seed values."""
+    import numpy as np
+    from core.report import median_to_target
     rows = []
-    for seed, o, t in zip(args.seeds, ours, theirs):
-        fmt = lambda v, f: "-" if v is None else f.format(v)
-        rows.append([seed, fmt(o["time_to_target_s"], "{:.1f}"), fmt(o["env_steps_to_target"], "{:,}"),
-                     f"{o['final_return']:.0f}",
-                     fmt(t and t["time_to_target_s"], "{:.1f}"), fmt(t and t["env_steps_to_target"], "{:,}"),
-                     fmt(t and t["final_return"], "{:.0f}")])
-    med = [_median(ours, "time_to_target_s"), _median(ours, "env_steps_to_target")]
-    rows.append(["median", f"{med[0]:.1f}", f"{med[1]:,.0f}", "",
-                 *([f"{_median(theirs, 'time_to_target_s'):.1f}", f"{_median(theirs, 'env_steps_to_target'):,.0f}", ""]
-                   if all(theirs) else ["-", "-", ""])])
-    print_table(["seed", "DataBloom s to 475", "DataBloom steps", "DataBloom final (int8)",
-                 "SB3 s to 475", "SB3 steps", "SB3 final (50k)"], rows)
-    if all(theirs):
-        print(f"ratio of median time to 475, SB3 / DataBloom: {_median(theirs, 'time_to_target_s') / med[0]:.2f}x")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"seeds": args.seeds, "databloom": ours, "sb3": theirs, "executor": args.executor}, f, indent=2)
+    for system in systems:
+        rs = sorted((r for r in runs if r["system"] == system), key=lambda r: r["seed"])
+        finals = [r["final_return"] for r in rs if r.get("final_return") is not None]
+        rows.append({"system": system, "runs": len(rs), "solved": sum(bool(r["reached"]) for r in rs),
+                     "failed": sum(r["status"] != "ok" for r in rs),
+                     "median_time_to_target_s": median_to_target([r["time_to_target_s"] for r in rs]),
+                     "median_env_steps_to_target": median_to_target([r["env_steps_to_target"] for r in rs]),
+                     "median_final_return": float(np.median(finals)) if finals else None,
+                     "per_seed": [(r["seed"], r["time_to_target_s"], r["env_steps_to_target"]) for r in rs]})
+    return rows
+
+
+def _cell(seconds: Optional[float], steps: Optional[int]) -> str:
+    return "unsolved" if seconds is None else f"{seconds:.1f} s / {steps / 1000:.0f}k"
+
+
+def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
+    """``| system | seed 0 | ... | median time | median env steps | median final | solved |``."""
+    seeds = sorted({s for r in rows for s, _, _ in r["per_seed"]})
+    header = (["system"] + [f"seed {s}" for s in seeds] +
+              ["median time to 475 (s)", "median env steps to 475", "median final return", "solved"])
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        by_seed = {s: _cell(t, n) for s, t, n in r["per_seed"]}
+        fmt = lambda v, spec: "-" if v is None else format(v, spec)
+        solved = f"{r['solved']}/{r['runs']}" + (f" ({r['failed']} failed)" if r["failed"] else "")
+        lines.append("| " + " | ".join([r["system"]] + [by_seed.get(s, "") for s in seeds] +
+                                       [fmt(r["median_time_to_target_s"], ".1f"),
+                                        fmt(r["median_env_steps_to_target"], ",.0f"),
+                                        fmt(r["median_final_return"], ".1f"), solved]) + " |")
+    return "\n".join(lines)
+
+
+def goal_lines(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    """The issue's goals, checked: DataBloom's medians against SB3's, and every seed solved."""
+    by = {r["system"]: r for r in rows}
+    db = by.get("databloom")
+    if db is None:
+        return []
+    out = [f"DataBloom solved {db['solved']}/{db['runs']} (goal: all)"]
+    for system, key, rel, unit in (("sb3-ppo", "median_time_to_target_s", "<=", "s"),
+                                   ("sb3-dqn", "median_time_to_target_s", "<", "s"),
+                                   ("sb3-dqn", "median_env_steps_to_target", "<=", "env steps")):
+        other = by.get(system)
+        if other is None:
+            continue
+        a, b = db[key], other[key]
+        met = a is not None and (b is None or (a <= b if rel == "<=" else a < b))
+        shown = lambda v: "none (half or more unsolved)" if v is None else f"{v:,.1f}"
+        out.append(f"median {unit} to 475: DataBloom {shown(a)} {rel} {system} {shown(b)}? "
+                   f"{'met' if met else 'not met'}")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python benchmarks/time_to_solve.py", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=5, metavar="N", help="seeds 0..N-1 per system (default 5)")
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), help="default: all three")
+    p.add_argument("--eval-every", type=int, default=4000, metavar="N",
+                   help="env steps between evaluations, every system (default 4000)")
+    p.add_argument("--confirm-episodes", type=int, default=100, metavar="N",
+                   help="episodes that must confirm a 20-episode mean >= 475, every system (default 100; 0 = off)")
+    p.add_argument("--executor", choices=["local", "dask"], help="DataBloom executor (default: the config's, dask)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra DataBloom config override (repeatable)")
+    p.add_argument("--torch-threads", type=int, default=2, metavar="N",
+                   help="torch threads for SB3 (default 2, the cores here)")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="JSON", help="results (the table goes to the .md beside it)")
+    return p
+
+
+@cli_errors
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from core.config import ConfigError
+    if args.seeds < 1 or args.eval_every < 1 or args.confirm_episodes < 0:
+        raise ConfigError("--seeds and --eval-every must be >= 1 and --confirm-episodes >= 0")
+    check_sb3(args.systems)
+    from benchmarks.suite_runs import git_state, machine_info
+    commit, dirty = git_state()
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "git_commit": commit, "git_dirty": dirty, "machine": machine_info(), "argv": sys.argv[1:],
+              "eval": {"every_env_steps": args.eval_every, "episodes": 20, "confirm_episodes": args.confirm_episodes,
+                       "target": TARGET}, "runs": []}
+    for seed in range(args.seeds):
+        for system in run_order(seed, args.systems):
+            rec = run_one(system, seed, args)
+            result["runs"].append(rec)
+            shown = _cell(rec["time_to_target_s"], rec["env_steps_to_target"]) if rec["status"] == "ok" \
+                else rec["error"]
+            print(f"seed {seed} {system}: {rec['status']}, {shown}", flush=True)
+            _write(args.out, result)   # after every run: an interrupted benchmark keeps what it measured
+    rows = summarize(result["runs"], args.systems)
+    result["rows"] = rows
+    table = markdown_table(rows)
+    _write(args.out, result, table, goal_lines(rows))
+    print(table)
+    print("\n".join(goal_lines(rows)))
+    return 0
+
+
+def _write(out: str, result: Dict[str, Any], table: Optional[str] = None, goals: Sequence[str] = ()) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(out + ".tmp", out)
+    if table is not None:
+        e = result["eval"]
+        md = [f"# Time to 475 on CartPole-v1 ({result['date']}, commit {result['git_commit'][:12]})", "", table, "",
+              f"Evaluation: every {e['every_env_steps']:,} env steps, 20 greedy episodes, a mean >= 475 confirmed "
+              f"by {e['confirm_episodes']} more; time from process start. Machine: {result['machine']['cpu']} x "
+              f"{result['machine']['cores']}.", ""] + [f"- {g}" for g in goals]
+        with open(os.path.splitext(out)[0] + ".md", "w") as f:
+            f.write("\n".join(md) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,377 @@
+"""benchmarks.learning_suite: records from run dirs, exact aggregates, table, plots, plan, resume, one real run."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:   # benchmarks/ is not an installed package
+    sys.path.insert(0, ROOT)
+
+from benchmarks import learning_suite as suite  # noqa: E402
+from benchmarks import suite_runs  # noqa: E402
+from core import report as report_lib  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _run_dir(root, name="run", summary_changes=None, evals=None, confirm=100, target=475.0):
+    d = os.path.join(str(root), name)
+    os.makedirs(d)
+    config = {"name": "t", "seed": 3, "executor": "dask", "total_env_steps": 60_000, "env": {"id": "CartPole-v1"},
+              "agent": {"algo": "dqn"}, "actors": {"precision": "int8-dynamic"},
+              "eval": {"target_return": target, "confirm_episodes": confirm}}
+    summary = {"executor": "dask", "precision": "int8-dynamic", "env_steps": 24_576, "wall_s": 30.5,
+               "best_eval_return": 481.0, "best_version": 7, "time_to_target_s": 41.25,
+               "env_steps_to_target": 24_576,
+               "final_eval": {"fp32": {"mean": 499.0}, "int8-dynamic": {"mean": 488.5}}}
+    summary.update(summary_changes or {})
+    for key in [k for k, v in summary.items() if v == "DROP"]:
+        del summary[key]
+    if evals is None:   # (step, wall_s, mean, confirmed_mean)
+        evals = [(8192, 20.0, 150.0, None), (16384, 30.0, 480.0, 470.0), (24576, 41.0, 490.0, 481.0)]
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump(summary, f)
+    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"kind": "learner", "time": 0, "step": 99_999, "loss": 0.1}) + "\n")
+        for i, (step, wall, mean, conf) in enumerate(evals):
+            f.write(json.dumps({"kind": "eval", "time": 0, "step": step, "version": i, "mean": mean,
+                                "confirmed_mean": conf, "wall_s": wall}) + "\n")
+    return d
+
+
+# -- record extraction ------------------------------------------------------------------------------------------------
+def test_record_from_summary_and_metrics(tmp_path):
+    rec = report_lib.suite_record(_run_dir(tmp_path))
+    assert (rec["executor"], rec["env_id"], rec["algo"], rec["precision"]) == ("dask", "CartPole-v1", "dqn",
+                                                                              "int8-dynamic")
+    assert rec["reached"] is True and rec["env_steps_to_target"] == 24_576 and rec["time_to_target_s"] == 41.25
+    assert rec["final_return"] == 488.5 and rec["ended_at_target"] is True   # the actors' precision, not fp32
+    assert rec["best_eval_return"] == 481.0 and rec["best_confirmed_return"] == 481.0
+    assert rec["env_steps"] == 24_576 and rec["total_env_steps"] == 60_000 and rec["train_wall_s"] == 30.5
+    assert rec["curve"] == [[8192, 20.0, 150.0], [16384, 30.0, 480.0], [24576, 41.0, 490.0]]
+    assert rec["derived"] == ["best_confirmed_return", "curve"]
+    assert rec["target_return"] == 475.0
+
+
+def test_record_unsolved_run(tmp_path):
+    rec = report_lib.suite_record(_run_dir(tmp_path, summary_changes={
+        "time_to_target_s": None, "env_steps_to_target": None, "best_version": -1,
+        "final_eval": {"fp32": {"mean": 150.0}, "int8-dynamic": {"mean": 140.0}}},
+        evals=[(4000, 10.0, 100.0, None), (8000, 15.0, 160.0, None)]))
+    assert rec["reached"] is False and rec["env_steps_to_target"] is None and rec["time_to_target_s"] is None
+    assert rec["final_return"] == 140.0 and rec["ended_at_target"] is False
+    assert rec["best_eval_return"] is None and rec["best_confirmed_return"] is None
+
+
+def test_record_derives_target_from_metrics_when_summary_lacks_it(tmp_path):
+    # eval 2 reaches 475 unconfirmed, eval 3's confirmation is 470 < 475, eval 4 is confirmed at 480.
+    evals = [(2000, 5.0, 100.0, None), (4000, 9.0, 480.0, None), (6000, 12.0, 490.0, 470.0),
+             (8000, 15.5, 478.0, 480.0), (10000, 19.0, 500.0, 499.0)]
+    rec = report_lib.suite_record(_run_dir(tmp_path, summary_changes={"time_to_target_s": "DROP",
+                                                                      "env_steps_to_target": "DROP"}, evals=evals))
+    assert (rec["env_steps_to_target"], rec["time_to_target_s"], rec["reached"]) == (8000, 15.5, True)
+    assert rec["derived"] == ["best_confirmed_return", "curve", "time_to_target_s", "env_steps_to_target"]
+    assert rec["best_confirmed_return"] == 499.0
+
+
+@pytest.mark.parametrize("evals, confirm, expected_step", [
+    ([(1, 1.0, 480.0, None), (2, 2.0, 476.0, 476.0)], 100, 2),   # unconfirmed hits do not count
+    ([(1, 1.0, 480.0, None), (2, 2.0, 476.0, 476.0)], 0, 1),     # ... unless confirmation is off
+    ([(1, 1.0, 480.0, 474.9)], 100, None),                      # the confirmed mean decides
+    ([(2, 1.0, 100.0, None), (1, 2.0, 475.0, 475.0)], 100, 1),   # in env-step order; 475 counts
+])
+def test_first_hit_rule(evals, confirm, expected_step):
+    records = [{"step": s, "wall_s": w, "mean": m, "confirmed_mean": c} for s, w, m, c in evals]
+    hit = report_lib.first_hit(records, 475.0, confirm)
+    assert (hit and hit["step"]) == expected_step if expected_step else hit is None
+
+
+# -- aggregation, table, plot -----------------------------------------------------------------------------------------
+def _rec(label, seed, steps, seconds, final, status="ok", target=475.0, curve=()):
+    return {"label": label, "seed": seed, "status": status, "target_return": target, "reached": steps is not None,
+            "env_steps_to_target": steps, "time_to_target_s": seconds, "final_return": final,
+            "ended_at_target": final is not None and final >= target, "curve": [list(c) for c in curve]}
+
+
+RECORDS = [_rec("A", 0, 1000, 10.0, 500.0), _rec("B", 0, 2000, 20.0, 480.0), _rec("A", 1, 3000, 30.0, 480.0),
+           _rec("B", 1, None, None, 100.0), _rec("A", 2, None, None, 100.0),
+           _rec("C", 0, None, None, None, status="failed", target=-200.0), _rec("C", 1, 900, 12.5, -150.0,
+                                                                                target=-200.0)]
+
+
+def test_suite_rows_exact():
+    a, b, c = report_lib.suite_rows(RECORDS)
+    # A: steps [1000, 3000, inf] -> 3000; times [10, 30, inf] -> 30; finals [500, 480, 100] -> 480
+    assert a == {"config": "A", "target": 475.0, "runs": 3, "seeds": [0, 1, 2], "solved": 2, "failed": 0,
+                 "ended_at_target": 2, "median_env_steps_to_target": 3000.0, "median_time_to_target_s": 30.0,
+                 "median_final_return": 480.0}
+    # B: [2000, inf] -> the upper middle is unsolved: no median; finals [480, 100] -> 290
+    assert (b["solved"], b["median_env_steps_to_target"], b["median_time_to_target_s"]) == (1, None, None)
+    assert b["median_final_return"] == 290.0
+    # C: a failed run counts as a run that did not solve; its final return is not counted
+    assert (c["runs"], c["solved"], c["failed"], c["median_final_return"]) == (2, 1, 1, -150.0)
+    assert c["ended_at_target"] == 1 and c["median_env_steps_to_target"] is None
+
+
+def test_suite_markdown_table_exact():
+    table = report_lib.suite_markdown_table(report_lib.suite_rows(RECORDS))
+    assert table.splitlines() == [
+        "| config | target | solved | median env steps to target | median time to target (s) | "
+        "median final return | final >= target |",
+        "|---|---|---|---|---|---|---|",
+        "| A | 475 | 2/3 | 3,000 | 30.0 | 480.0 | 2/3 |",
+        "| B | 475 | 1/2 | - | - | 290.0 | 1/2 |",
+        "| C | -200 | 1/2 (1 failed) | - | - | -150.0 | 1/2 |"]
+
+
+def test_band_on_grid_median_and_min_max():
+    xs = [np.array([0.0, 10.0]), np.array([0.0, 5.0]), np.array([0.0, 10.0])]
+    ys = [np.array([0.0, 100.0]), np.array([10.0, 60.0]), np.array([30.0, 30.0])]
+    grid, mid, lo, hi = report_lib.band_on_grid(xs, ys, points=3, center="median")
+    assert list(grid) == [0.0, 5.0, 10.0]
+    # at x=5: 50, 60, 30; at x=10: 100, 60 (held after its last point), 30
+    assert list(mid) == [10.0, 50.0, 60.0] and list(lo) == [0.0, 30.0, 30.0] and list(hi) == [30.0, 60.0, 100.0]
+
+
+def test_write_suite_report_writes_one_png_per_config(tmp_path):
+    records = [_rec("configs/x.yaml", 0, 2000, 20.0, 480.0, curve=[(1000, 5.0, 100.0), (2000, 9.0, 480.0)]),
+               _rec("configs/x.yaml", 1, None, None, 200.0, curve=[(1000, 6.0, 50.0), (3000, 12.0, 200.0)]),
+               _rec("configs/y.yaml inference=central", 0, None, None, None, status="failed")]
+    result = report_lib.write_suite_report(records, str(tmp_path / "rep"), notes=["commit abc"])
+    names = sorted(os.path.basename(f) for f in result["files"])
+    assert names == ["configs-x-yaml.png", "configs-y-yaml-inference-central.png", "learning-suite.md"]
+    for f in result["files"][:2]:
+        with open(f, "rb") as fh:
+            assert fh.read(8) == PNG
+    md = (tmp_path / "rep" / "learning-suite.md").read_text()
+    assert "| configs/x.yaml | 475 | 1/2 | - | - | 340.0 | 1/2 |" in md and "- commit abc" in md
+    assert "![configs-x-yaml.png](configs-x-yaml.png)" in md
+
+
+# -- plan, selection, records file ------------------------------------------------------------------------------------
+def _args(*argv):
+    return suite.build_parser().parse_args(list(argv))
+
+
+@pytest.mark.parametrize("argv, expected", [((), (5, 10)), (("--seeds", "3"), (3, 3)),
+                                            (("--seeds", "3", "--default-seeds", "7"), (3, 7)),
+                                            (("--default-seeds", "1"), (5, 1)), (("--quick",), (2, 2)),
+                                            (("--quick", "--seeds", "4"), (4, 4))])
+def test_seed_counts(argv, expected):
+    assert suite.seed_counts(_args(*argv)) == expected
+
+
+def test_plan_is_seed_major_and_default_gets_its_own_count():
+    entries = suite.select_entries(["default.yaml", "configs/pendulum-d4pg.yaml"], [])
+    plan = suite.plan_runs(entries, seeds=2, default_seeds=3, overrides=["total_env_steps=4096"])
+    assert [(r.config, r.seed) for r in plan] == [
+        ("configs/default.yaml", 0), ("configs/pendulum-d4pg.yaml", 0), ("configs/default.yaml", 1),
+        ("configs/pendulum-d4pg.yaml", 1), ("configs/default.yaml", 2)]
+    assert {r.budget for r in plan} == {4096} and plan[1].target_return == -200.0
+    assert plan[0].label == "configs/default.yaml total_env_steps=4096"
+    assert plan[0].command("/r")[1:] == ["-m", "pipelines.train", "--config", "configs/default.yaml", "--seed", "0",
+                                         "--run-dir", "/r", "--no-progress", "--set", "total_env_steps=4096"]
+
+
+def test_selection_covers_every_shipped_config_and_the_central_variant():
+    entries = suite.select_entries(None, [])
+    configs = {c for c, _ in entries}
+    assert "configs/default.yaml" in configs and "configs/actorq/cartpole-dqn.yaml" in configs
+    assert configs == set(suite.shipped_configs())
+    assert ("configs/cartpole-vtrace.yaml", ("inference=central",)) in entries
+    vtrace = suite.select_entries(["*vtrace*"], ["configs/pong-vtrace.yaml", "* inference=central"])
+    assert vtrace == [("configs/cartpole-vtrace.yaml", ())]
+    assert [c for c, _ in suite.select_entries(["configs/actorq/*"], [])] == [
+        c for c in suite.shipped_configs() if c.startswith("configs/actorq/")]
+
+
+def test_quick_plan(capsys):
+    assert suite.main(["--quick", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "4 runs, 480,000 env steps at most"
+    assert "--config configs/default.yaml --seed 1" in out[2] and out[2].endswith("--set total_env_steps=40000")
+
+
+def test_bad_input_one_line_errors(tmp_path, capsys):
+    assert suite.main(["--configs", "nope*", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --configs 'nope*' matches no config; shipped: configs/actorq/") and \
+        err.count("\n") == 1
+    assert suite.main(["--configs", "default.yaml", "--set", "agent.n_step=0", "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith("error: config key 'agent.n_step'")
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    assert suite.main(["--out", str(bad), "--render-only"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {bad} is not a learning-suite records file")
+    assert bad.read_text() == "[1, 2"   # nothing overwritten
+
+
+def test_records_upsert_resume_and_render_pick_one_commit(tmp_path, capsys):
+    commit = suite_runs.git_state()[0]
+    out = str(tmp_path / "s.json")
+    plan = suite.plan_runs(suite.select_entries(["default.yaml"], []), 2, 2, ["total_env_steps=2048"])
+    recs = [dict(_rec(r.label, r.seed, 1024, 5.0, 480.0), git_commit=commit, date=f"2026-01-0{r.seed + 1}",
+                 command="python -m pipelines.train ...", process_wall_s=9.0, env_steps=1024) for r in plan]
+    old = dict(recs[0], git_commit="0" * 40, final_return=1.0, date="2025-01-01")
+    suite.save_records(out, [old] + recs)
+    records = suite.load_records(out)
+    suite.upsert(records, dict(recs[1], final_return=490.0))
+    assert len(records) == 3 and records[2]["final_return"] == 490.0
+    args = _args("--resume", "--no-progress", "--runs-dir", str(tmp_path / "runs"))
+    suite.run_plan(plan, records, args, out)   # both recorded for this commit: nothing runs
+    assert "2 runs planned, 2 already recorded, 0 to run" in capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()
+    result = suite.render(records, str(tmp_path / "rep"), None)
+    assert [r["runs"] for r in result["rows"]] == [2]   # the other commit's record is left out
+    assert suite.render(records, str(tmp_path / "rep0"), "0000")["rows"][0]["median_final_return"] == 1.0
+
+
+def test_eta_model():
+    plan = suite.plan_runs(suite.select_entries(["default.yaml", "configs/pendulum-d4pg.yaml"], []), 1, 1,
+                           ["total_env_steps=10000"])
+    eta = suite_runs.EtaModel()
+    assert eta.remaining_s(plan) is None and eta.text(plan).startswith("ETA ?")
+    for wall in (10.0, 30.0, 20.0):
+        eta.add({"label": plan[0].label, "status": "ok", "process_wall_s": wall, "env_steps": 5000})
+    eta.add({"label": plan[0].label, "status": "failed", "process_wall_s": 1.0, "env_steps": 0})   # ignored
+    assert eta.expected_s(plan[0]) == 20.0   # the median of its label's runs
+    # no pendulum run yet: budget 10,000 at 15,000 steps / 60 s = 250 steps/s -> 40 s + start-up guess
+    assert eta.expected_s(plan[1]) == 40.0 + suite_runs.STARTUP_GUESS_S
+    assert eta.remaining_s(plan, elapsed_in_first=5.0) == 15.0 + 50.0 and eta.text(plan, 5.0) == "ETA 0:01:05"
+
+
+def test_metrics_tail_follows_env_steps_and_keeps_partial_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    tail = suite_runs.MetricsTail(str(path))
+    assert tail.poll() == 0   # not there yet
+    commit = json.dumps({"kind": "commit", "step": 2048}) + "\n"
+    learner = json.dumps({"kind": "learner", "step": 90000}) + "\n"   # learner steps, not env steps
+    ev = json.dumps({"kind": "eval", "step": 4096, "mean": 480.0, "confirmed_mean": 477.5}) + "\n"
+    path.write_text(commit + learner + ev[:20])
+    assert tail.poll() == 2048 and tail.last_eval is None
+    with open(path, "a") as f:
+        f.write(ev[20:])
+    assert tail.poll() == 4096 and tail.last_eval == 477.5
+
+
+def test_resume_harvests_a_finished_run_dir_without_training(tmp_path):
+    run = suite.plan_runs([("configs/default.yaml", ())], 1, 1, [])[0]
+    run_dir = _run_dir(tmp_path, "seed-0")   # finished (summary.json), but the suite stopped before recording it
+    rec = suite_runs.run_one(run, run_dir, "c0ffee", False, progress=False, harvest=True)
+    assert rec["status"] == "ok" and rec["process_wall_s"] is None and rec["final_return"] == 488.5
+    assert (rec["label"], rec["seed"], rec["git_commit"]) == ("configs/default.yaml", 0, "c0ffee")
+    assert not os.path.exists(rec["log"])   # nothing was started
+
+
+# -- real subprocess runs (small) -------------------------------------------------------------------------------------
+def test_failed_and_timed_out_runs_are_recorded(tmp_path):
+    bad = suite_runs.PlannedRun("configs/no-such.yaml", (), 0, 100, "local", 475.0)
+    rec = suite_runs.run_one(bad, str(tmp_path / "bad" / "seed-0"), "c0ffee", False, progress=False)
+    assert rec["status"] == "failed" and rec["returncode"] == 2 and rec["reached"] is False
+    assert rec["error"].startswith("error: ") and "no-such.yaml" in rec["error"]
+    slow = suite.plan_runs([("configs/default.yaml", ())], 1, 1, ["executor=local"])[0]
+    rec = suite_runs.run_one(slow, str(tmp_path / "slow" / "seed-0"), "c0ffee", False, timeout=1.0, progress=False)
+    assert rec["status"] == "timeout" and rec["returncode"] is None and rec["error"] == "timed out after 1 s"
+
+
+def test_suite_end_to_end_one_tiny_run_then_resume(tmp_path):
+    out, runs = tmp_path / "suite.json", tmp_path / "runs"
+    cmd = [sys.executable, "-m", "benchmarks.learning_suite", "--configs", "configs/default.yaml", "--seeds", "1",
+           "--set", "total_env_steps=2048", "--set", "eval.every_env_steps=1024", "--set", "replay.min_size=500",
+           "--out", str(out), "--runs-dir", str(runs), "--no-progress"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = json.loads(out.read_text())["runs"]
+    assert rec["status"] == "ok" and rec["returncode"] == 0
+    assert (rec["config"], rec["seed"], rec["executor"], rec["target_return"]) == ("configs/default.yaml", 0,
+                                                                                  "dask", 475.0)
+    assert rec["env_steps"] == 2048 and rec["total_env_steps"] == 2048
+    assert isinstance(rec["reached"], bool) and (rec["env_steps_to_target"] is None) == (not rec["reached"])
+    assert isinstance(rec["final_return"], float) and rec["curve"] and rec["curve"][-1][0] == 2048
+    assert 0 < rec["curve"][-1][1] < rec["process_wall_s"]   # eval seconds count from the train process's start
+    assert rec["git_commit"] == suite_runs.git_state()[0] and rec["machine"]["cores"] == os.cpu_count()
+    assert rec["command"].startswith("python -m pipelines.train --config configs/default.yaml --seed 0 --run-dir ")
+    assert os.path.exists(os.path.join(rec["run_dir"], "summary.json")) and os.path.exists(rec["log"])
+    report = tmp_path / "suite"
+    png = report / "configs-default-yaml-total-env-steps-2048-eval-every-env-steps-1024-replay-min-size-500.png"
+    assert png.read_bytes()[:8] == PNG
+    assert "| configs/default.yaml total_env_steps=2048 eval.every_env_steps=1024 replay.min_size=500 | 475 |" \
+        in (report / "learning-suite.md").read_text()
+    again = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "1 already recorded, 0 to run" in again.stdout
+    assert json.loads(out.read_text())["runs"] == [rec]
+
+
+# -- benchmarks/time_to_solve.py: DataBloom vs SB3 DQN / PPO ----------------------------------------------------------
+from benchmarks import time_to_solve as tts  # noqa: E402
+
+
+def _tts_run(system, seed, seconds, steps, final=500.0, status="ok"):
+    return {"system": system, "seed": seed, "status": status, "reached": seconds is not None,
+            "time_to_target_s": seconds, "env_steps_to_target": steps, "final_return": final}
+
+
+TTS_RUNS = [_tts_run("databloom", 0, 40.0, 30_000), _tts_run("sb3-dqn", 0, 159.7, 22_000),
+            _tts_run("sb3-ppo", 0, 28.0, 10_000), _tts_run("databloom", 1, 60.0, 50_000),
+            _tts_run("sb3-dqn", 1, None, None, None, status="failed"), _tts_run("sb3-ppo", 1, 31.0, 16_000),
+            _tts_run("databloom", 2, None, None, 151.0), _tts_run("sb3-dqn", 2, 79.2, 28_000),
+            _tts_run("sb3-ppo", 2, 34.5, 14_000)]
+
+
+def test_time_to_solve_rows_table_and_goals_exact():
+    db, dqn, ppo = tts.summarize(TTS_RUNS, tts.SYSTEMS)
+    assert (db["solved"], db["runs"], db["median_time_to_target_s"], db["median_env_steps_to_target"]) == \
+        (2, 3, 60.0, 50_000.0)                                 # [40, 60, inf], [30k, 50k, inf]
+    assert db["median_final_return"] == 500.0                  # [500, 500, 151]
+    assert (dqn["solved"], dqn["failed"], dqn["median_time_to_target_s"]) == (2, 1, 159.7)
+    assert (ppo["median_time_to_target_s"], ppo["median_env_steps_to_target"]) == (31.0, 14_000.0)
+    assert tts.markdown_table([db, dqn, ppo]).splitlines() == [
+        "| system | seed 0 | seed 1 | seed 2 | median time to 475 (s) | median env steps to 475 | "
+        "median final return | solved |",
+        "|---|---|---|---|---|---|---|---|",
+        "| databloom | 40.0 s / 30k | 60.0 s / 50k | unsolved | 60.0 | 50,000 | 500.0 | 2/3 |",
+        "| sb3-dqn | 159.7 s / 22k | unsolved | 79.2 s / 28k | 159.7 | 28,000 | 500.0 | 2/3 (1 failed) |",
+        "| sb3-ppo | 28.0 s / 10k | 31.0 s / 16k | 34.5 s / 14k | 31.0 | 14,000 | 500.0 | 3/3 |"]
+    assert tts.goal_lines([db, dqn, ppo]) == [
+        "DataBloom solved 2/3 (goal: all)",
+        "median s to 475: DataBloom 60.0 <= sb3-ppo 31.0? not met",
+        "median s to 475: DataBloom 60.0 < sb3-dqn 159.7? met",
+        "median env steps to 475: DataBloom 50,000.0 <= sb3-dqn 28,000.0? not met"]
+
+
+def test_time_to_solve_order_rotates_by_seed():
+    assert [tts.run_order(s, tts.SYSTEMS)[0] for s in range(4)] == ["databloom", "sb3-dqn", "sb3-ppo", "databloom"]
+    assert tts.run_order(1, tts.SYSTEMS) == ["sb3-dqn", "sb3-ppo", "databloom"]
+
+
+def test_time_to_solve_without_sb3_one_line_error(tmp_path, monkeypatch, capsys):
+    real = tts.importlib.util.find_spec
+    monkeypatch.setattr(tts.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("stable_baselines3", "torch") else real(name, *a))
+    out = tmp_path / "t.json"
+    assert tts.main(["--seeds", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == ('error: stable_baselines3 and torch are not installed, needed for sb3-dqn, '
+                                       'sb3-ppo: pip install -e ".[bench]" (or run --systems databloom)\n')
+    assert not out.exists()
+
+
+def test_time_to_solve_databloom_path(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert tts.main(["--systems", "databloom", "--seeds", "1", "--eval-every", "1024", "--executor", "local",
+                     "--set", "total_env_steps=2048", "--set", "replay.min_size=500", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    (run,) = data["runs"]
+    assert (run["system"], run["seed"], run["status"], run["executor"], run["env_steps"]) == ("databloom", 0, "ok",
+                                                                                          "local", 2048)
+    assert "--set eval.every_env_steps=1024 --set eval.episodes=20 --set eval.confirm_episodes=100" in run["command"]
+    assert [c[0] for c in run["curve"]] == [1024, 2048]   # local executor: an evaluation every 1,024 env steps
+    assert data["eval"] == {"every_env_steps": 1024, "episodes": 20, "confirm_episodes": 100, "target": 475.0}
+    assert data["rows"][0]["runs"] == 1 and data["rows"][0]["solved"] == int(run["reached"])
+    md = (tmp_path / "t.md").read_text()
+    assert "| databloom |" in md and "DataBloom solved" in md
