@@ -1,0 +1,172 @@
+"""RLDS export written with tensorflow-datasets' own writer: a TFDS dataset ``tfds.builder_from_directory`` loads.
+
+One example per complete episode (the RLDS layout)::
+
+    FeaturesDict({
+        "episode_id":     Scalar(int64),
+        "episode_return": Scalar(float64),        sum of the episode's rewards
+        "policy_version": Scalar(int64),          of its first step
+        "steps": Dataset({
+            "observation": Tensor(shape, dtype),  "action": Tensor | Scalar,
+            "reward": Scalar(float32),            "discount": Scalar(float32),
+            "is_first": bool, "is_last": bool,    "is_terminal": bool,
+            "extras": FeaturesDict({...}),        (only when the store has extras)
+        }),
+    })
+
+The folder holds what TFDS's builders write: ``dataset_info.json`` (split
+``train``, shard lengths; the description names the env id, the DataBloom
+version and the source store and commit-log version), ``features.json``,
+``metadata.json`` (the same facts as keys) and
+``<name>-train.tfrecord-<i>-of-<n>``, one shard per store shard that episodes
+start in. Load it with::
+
+    builder = tfds.builder_from_directory(PATH)
+    for episode in builder.as_dataset(split="train"):
+        for step in episode["steps"]: ...
+
+Why not a TFDS builder's ``download_and_prepare``: every shard is written by
+one engine task (Beam, Dask or local) with the pieces TFDS's shard-based
+builders use (``features.encode_example``, ``ExampleSerializer``,
+``ExampleWriter``, ``naming.ShardedFileTemplate``); on Beam that is what
+TFDS's own shard-based Beam generation runs (``Create | Map(write shard)``),
+so Beam and Dask write byte-identical shards. TFDS's ``BeamWriter``
+re-shards by size and orders by hashed keys, which would split the
+store's episode order, and no builder runs on Dask. The driver then writes
+``dataset_info.json`` with ``DatasetInfo.write_to_directory``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List
+
+import numpy as np
+
+from core import urls
+from core.dataset.errors import DatasetError
+
+#: Stored fields an RLDS step does not carry (the step flags and the episode metadata replace them).
+_NOT_STEP_FIELDS = ("terminated", "truncated", "episode_id", "step", "policy_version")
+_STEP_FLAGS = ("is_first", "is_last", "is_terminal")
+SPLIT = "train"
+
+
+def require_tfds():
+    """The ``tensorflow_datasets`` module, or a one-line DatasetError naming the extra that installs it."""
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise DatasetError("--format rlds needs tensorflow-datasets, which is not installed; valid: pip install"
+                           " 'databloom[rlds]' (or --format parquet)") from None
+    return tfds
+
+
+def check_target(out: str) -> None:
+    """TFDS writes through ``tf.io.gfile``: a local path or gs://."""
+    if urls.scheme_of(out) not in ("file", "gs", "gcs"):
+        raise DatasetError(f"--format rlds cannot write {out!r} (TFDS writes through tf.io.gfile); valid: a local"
+                           " path or gs:// URL")
+
+
+def dataset_name(env_id: str) -> str:
+    """A TFDS dataset name from the env id: ``CartPole-v1`` -> ``databloom_cartpole_v1``."""
+    slug = re.sub(r"[^a-z0-9]+", "_", env_id.lower()).strip("_")
+    return f"databloom_{slug}" if slug else "databloom"
+
+
+def _tensor(spec: Dict[str, Any]):
+    tfds = require_tfds()
+    dtype = np.dtype(spec["dtype"])
+    if not spec["shape"]:
+        return tfds.features.Scalar(dtype=dtype)
+    return tfds.features.Tensor(shape=tuple(spec["shape"]), dtype=dtype)
+
+
+def features(fields: Dict[str, Dict[str, Any]]):
+    """The episode ``FeaturesDict`` for a store whose shards have the field spec ``fields``."""
+    tfds = require_tfds()
+    steps: Dict[str, Any] = {n: _tensor(s) for n, s in fields.items()
+                             if n not in _NOT_STEP_FIELDS and not n.startswith("extras/")}
+    steps.update({f: tfds.features.Scalar(dtype=np.bool_) for f in _STEP_FLAGS})
+    extras = {n.split("/", 1)[1]: _tensor(s) for n, s in fields.items() if n.startswith("extras/")}
+    if extras:
+        steps["extras"] = tfds.features.FeaturesDict(extras)
+    return tfds.features.FeaturesDict({
+        "episode_id": tfds.features.Scalar(dtype=np.int64),
+        "episode_return": tfds.features.Scalar(dtype=np.float64),
+        "policy_version": tfds.features.Scalar(dtype=np.int64),
+        "steps": tfds.features.Dataset(steps),
+    })
+
+
+def episode_example(ep: Dict[str, Any], rows: Dict[str, np.ndarray]) -> Dict[str, Any]:
+    """One episode's rows (with step flags) as an example of :func:`features`."""
+    steps = {n: v for n, v in rows.items() if n not in _NOT_STEP_FIELDS and not n.startswith("extras/")}
+    extras = {n.split("/", 1)[1]: v for n, v in rows.items() if n.startswith("extras/")}
+    if extras:
+        steps["extras"] = extras
+    return {"episode_id": ep["episode_id"], "episode_return": ep["return"],
+            "policy_version": ep["policy_version"], "steps": steps}
+
+
+def _template(data_dir: str, env_id: str):
+    from tensorflow_datasets.core import naming
+    return naming.ShardedFileTemplate(data_dir=data_dir, dataset_name=dataset_name(env_id), split=SPLIT,
+                                      filetype_suffix="tfrecord")
+
+
+def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
+    """Map: the episodes one store shard owns -> TFDS shard ``file_index`` of ``num_files``.
+
+    Examples are encoded and serialized one episode at a time and streamed to
+    TFDS's ``ExampleWriter`` (TFDS's own ``ShardWriter`` tees the examples to
+    count them, which would hold a whole shard of decoded episodes).
+    """
+    from core.dataset.export import owned_episodes
+    from tensorflow_datasets.core import example_serializer, file_adapters
+    from tensorflow_datasets.core import writer as writer_lib
+    feats = features(item["source"]["fields"])
+    serializer = example_serializer.ExampleSerializer(feats.get_serialized_info())
+    counts = {"episodes": 0, "rows": 0}
+
+    def serialized():
+        for ep, rows in owned_episodes(item):
+            counts["episodes"] += 1
+            counts["rows"] += len(rows["reward"])
+            yield ep["episode_id"], serializer.serialize_example(feats.encode_example(episode_example(ep, rows)))
+
+    path = _template(item["staging"], item["source"]["env_id"]).sharded_filepath(
+        shard_index=item["file_index"], num_shards=item["num_files"])
+    writer_lib.ExampleWriter(file_adapters.FileFormat.TFRECORD).write(path, serialized())
+    return {"file_index": item["file_index"], "file": path.name, "bytes": int(path.stat().length), **counts}
+
+
+def description(source: Dict[str, Any]) -> str:
+    return (f"RLDS episodes of {source['env_id'] or 'an unnamed env'} exported by DataBloom"
+            f" {source['databloom_version']} from replay store {source['source']} at commit-log version"
+            f" {source['source_version']} (store schema {source['store_schema_version']}, export format"
+            f" {source['export_format_version']}). Complete episodes only; steps carry the RLDS fields"
+            " observation, action, reward, discount, is_first, is_last, is_terminal.")
+
+
+def write_dataset_metadata(staging: str, source: Dict[str, Any], res: Dict[str, Any]) -> None:
+    """Driver: ``dataset_info.json``, ``features.json`` and ``metadata.json`` for the written shards."""
+    tfds = require_tfds()
+    from tensorflow_datasets.core import dataset_info, file_adapters
+    from tensorflow_datasets.core import splits as splits_lib
+    identity = dataset_info.DatasetIdentity(name=dataset_name(source["env_id"]),
+                                            version=tfds.core.Version(source["export_format_version"]),
+                                            data_dir=staging, module_name=__name__)
+    meta = {k: v for k, v in source.items() if k != "fields"}
+    info = dataset_info.DatasetInfo(builder=identity, description=description(source),
+                                    features=features(source["fields"]), disable_shuffling=True,
+                                    metadata=tfds.core.MetadataDict(meta))
+    info.set_file_format(file_adapters.FileFormat.TFRECORD)
+    split = splits_lib.SplitInfo(name=SPLIT, shard_lengths=list(res["file_episodes"]),
+                                 num_bytes=int(sum(res["file_bytes"])),
+                                 filename_template=_template(staging, source["env_id"]))
+    info.set_splits(splits_lib.SplitDict([split]))
+    info.write_to_directory(staging)
+
+
+__all__: List[str] = ["require_tfds", "features", "write_shard", "write_dataset_metadata", "dataset_name"]
