@@ -4,7 +4,7 @@ One example per complete episode (the RLDS layout)::
 
     FeaturesDict({
         "episode_id":     Scalar(int64),
-        "episode_return": Scalar(float64),        sum of the episode's rewards
+        "episode_return": Scalar(float64),        sum of its steps' rewards
         "policy_version": Scalar(int64),          of its first step
         "steps": Dataset({
             "observation": Tensor(shape, dtype),  "action": Tensor | Scalar,
@@ -75,11 +75,18 @@ def dataset_name(env_id: str) -> str:
 
 
 def _tensor(spec: Dict[str, Any]):
+    """A ``Tensor`` feature of the field's dtype and row shape.
+
+    Arrays and float64 values are stored as their raw bytes
+    (``Encoding.BYTES``): tf.train.Example would store float64 as float32
+    (lossy) and every integer as a varint int64 (an 84x84 uint8 frame would
+    grow ~1.5x); scalars of other dtypes stay plain, as RLDS tools expect.
+    """
     tfds = require_tfds()
     dtype = np.dtype(spec["dtype"])
-    if not spec["shape"]:
-        return tfds.features.Scalar(dtype=dtype)
-    return tfds.features.Tensor(shape=tuple(spec["shape"]), dtype=dtype)
+    raw = bool(spec["shape"]) or dtype == np.float64
+    return tfds.features.Tensor(shape=tuple(spec["shape"]), dtype=dtype,
+                                encoding=tfds.features.Encoding.BYTES if raw else tfds.features.Encoding.NONE)
 
 
 def features(fields: Dict[str, Dict[str, Any]]):
@@ -93,7 +100,7 @@ def features(fields: Dict[str, Dict[str, Any]]):
         steps["extras"] = tfds.features.FeaturesDict(extras)
     return tfds.features.FeaturesDict({
         "episode_id": tfds.features.Scalar(dtype=np.int64),
-        "episode_return": tfds.features.Scalar(dtype=np.float64),
+        "episode_return": _tensor({"dtype": "float64", "shape": []}),
         "policy_version": tfds.features.Scalar(dtype=np.int64),
         "steps": tfds.features.Dataset(steps),
     })
@@ -105,7 +112,8 @@ def episode_example(ep: Dict[str, Any], rows: Dict[str, np.ndarray]) -> Dict[str
     extras = {n.split("/", 1)[1]: v for n, v in rows.items() if n.startswith("extras/")}
     if extras:
         steps["extras"] = extras
-    return {"episode_id": ep["episode_id"], "episode_return": ep["return"],
+    # The sum of the exported rewards in float64 (the episode index sums per segment, in float32 at worst).
+    return {"episode_id": ep["episode_id"], "episode_return": float(rows["reward"].sum(dtype=np.float64)),
             "policy_version": ep["policy_version"], "steps": steps}
 
 
