@@ -126,7 +126,8 @@ def _template(data_dir: str, env_id: str):
 def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
     """Map: the episodes one store shard owns -> TFDS shard ``file_index`` of ``num_files``.
 
-    Examples are encoded and serialized one episode at a time and streamed to
+    Examples are encoded (``encode_example``), turned into ``tf.train.Example``
+    by TFDS's ``ExampleSerializer`` and serialized one episode at a time, streamed to
     TFDS's ``ExampleWriter`` (TFDS's own ``ShardWriter`` tees the examples to
     count them, which would hold a whole shard of decoded episodes).
     """
@@ -141,7 +142,10 @@ def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
         for ep, rows in owned_episodes(item):
             counts["episodes"] += 1
             counts["rows"] += len(rows["reward"])
-            yield ep["episode_id"], serializer.serialize_example(feats.encode_example(episode_example(ep, rows)))
+            example = serializer.get_tf_example(feats.encode_example(episode_example(ep, rows)))
+            # deterministic: a proto map's order would otherwise differ between processes, and with
+            # it the bytes of a shard written by a Beam worker and by a Dask worker
+            yield ep["episode_id"], example.SerializeToString(deterministic=True)
 
     path = _template(item["staging"], item["source"]["env_id"]).sharded_filepath(
         shard_index=item["file_index"], num_shards=item["num_files"])
