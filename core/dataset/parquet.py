@@ -12,7 +12,7 @@ Columns: every stored field (``episode_id``, ``step``, ``policy_version``,
 ``truncated``, ``extras/<name>``) plus ``is_first``, ``is_last``,
 ``is_terminal``. A field with row shape ``(a, b)`` is a nested
 ``FixedSizeList<FixedSizeList<dtype, b>, a>`` column of its own dtype, so
-its values are one contiguous buffer: ``column.flatten().flatten().to_numpy()``
+its values are one contiguous buffer: ``column.flatten(recursive=True).to_numpy()``
 is the ``[rows * a * b]`` array, without a copy per row. Every file has the
 same schema, whose metadata key ``databloom`` holds JSON with the env id,
 each field's dtype and shape, the source store and commit-log version and
