@@ -188,7 +188,7 @@ def test_export_whose_files_disagree_with_the_store_is_refused(store_url, tmp_pa
     def drops_an_episode(item):
         return real({**item, "episodes": item["episodes"][1:]})
     monkeypatch.setattr(parquet, "write_shard", drops_an_episode)
-    with pytest.raises(DatasetError, match=r"export wrote \d+ rows / \d+ episodes, the snapshot holds"):
+    with pytest.raises(DatasetError, match=r"export wrote \d+ rows / \d+ episodes \(\d+ complete\), the snapshot"):
         export.export_store(LOCAL, store_url, "parquet", str(tmp_path / "bad"))
     assert sorted(os.listdir(tmp_path)) == ["store"]  # nothing left behind
 
@@ -199,6 +199,13 @@ def test_rlds_without_tensorflow_datasets_names_the_extra(store_url, tmp_path, c
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and "databloom[rlds]" in err and err.count("\n") == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_rlds_to_a_location_tfds_cannot_write_is_one_line_error(store_url, capsys):
+    pytest.importorskip("tensorflow_datasets")
+    code = process.main(["export", store_url, "--format", "rlds", "--out", "memory://exports/r", "--executor", "local"])
+    err = capsys.readouterr().err
+    assert code == 2 and "valid: a local path or gs:// URL" in err and err.count("\n") == 1
 
 
 # -- xarray opens shards and checkpoints ----------------------------------------------------------

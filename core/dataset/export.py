@@ -155,7 +155,8 @@ def _collect(results: List[Dict[str, Any]]) -> Dict[str, Any]:
     results = sorted(results, key=lambda r: r["file_index"])
     return {"files": [r["file"] for r in results], "file_rows": [r["rows"] for r in results],
             "file_episodes": [r["episodes"] for r in results], "file_bytes": [r["bytes"] for r in results],
-            "rows": sum(r["rows"] for r in results), "episodes": sum(r["episodes"] for r in results)}
+            "rows": sum(r["rows"] for r in results), "episodes": sum(r["episodes"] for r in results),
+            "complete": sum(r["complete"] for r in results)}
 
 
 def _staging(out: str) -> Tuple[Any, str, str, str]:
@@ -172,9 +173,10 @@ def _check_counts(fmt: str, plan: Dict[str, Any], res: Dict[str, Any], store_row
     """What the files hold must be what the snapshot holds (a mismatch is a bug or damage: never a summary)."""
     expect_rows = plan["rows"] if fmt == "rlds" else store_rows
     expect_eps = plan["episodes"] if fmt == "rlds" else plan["episodes"] + plan["incomplete"]
-    if (res["rows"], res["episodes"]) != (expect_rows, expect_eps):
-        raise DatasetError(f"export wrote {res['rows']} rows / {res['episodes']} episodes, the snapshot holds"
-                           f" {expect_rows} / {expect_eps}; output discarded")
+    if (res["rows"], res["episodes"], res["complete"]) != (expect_rows, expect_eps, plan["episodes"]):
+        raise DatasetError(f"export wrote {res['rows']} rows / {res['episodes']} episodes ({res['complete']}"
+                           f" complete), the snapshot holds {expect_rows} / {expect_eps} ({plan['episodes']});"
+                           " output discarded")
 
 
 def export_store(engine, store_url: str, fmt: str, out: str, version: Optional[int] = None) -> Dict[str, Any]:
@@ -210,8 +212,8 @@ def export_store(engine, store_url: str, fmt: str, out: str, version: Optional[i
         _check_counts(fmt, plan, res, sum(s.rows for s in snap.shards))
         writer.write_dataset_metadata(staging, source, res)
         summary = {"format": fmt, "source": store.url, "version": snap.version, "env_id": store.env_id,
-                   "files": res["files"], "rows": res["rows"], "episodes": plan["episodes"],
-                   "incomplete_episodes": plan["incomplete"]}
+                   "files": res["files"], "rows": res["rows"], "episodes": res["complete"],
+                   "incomplete_episodes": res["episodes"] - res["complete"] if fmt == "parquet" else plan["incomplete"]}
         with fs.open(f"{staging_path}/_export.json", "w") as f:
             json.dump({**summary, "source_metadata": source}, f, indent=1)
         fs.mv(staging_path, out_path, recursive=True)

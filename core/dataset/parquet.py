@@ -80,10 +80,11 @@ def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
     arrow_schema = schema(item["source"])
     name = f"part-{item['file_index']:05d}.parquet"
     fs, path = urls.resolve(urls.join(item["staging"], name))
-    episodes, batch, buffered = 0, [], 0
+    episodes, complete, batch, buffered = 0, 0, [], 0
     with fs.open(path, "wb") as f, pq.ParquetWriter(f, arrow_schema) as writer:
-        for _, rows in owned_episodes(item):
+        for ep, rows in owned_episodes(item):
             episodes += 1
+            complete += ep["complete"]
             batch.append(rows)
             buffered += len(rows["reward"])
             if buffered >= ROW_GROUP_ROWS:
@@ -94,6 +95,7 @@ def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
     with fs.open(path, "rb") as f:
         written = pq.ParquetFile(f).metadata.num_rows
     return {"file_index": item["file_index"], "file": name, "rows": int(written), "episodes": episodes,
+            "complete": complete,
             "bytes": int(fs.size(path))}
 
 

@@ -150,7 +150,8 @@ def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
     path = _template(item["staging"], item["source"]["env_id"]).sharded_filepath(
         shard_index=item["file_index"], num_shards=item["num_files"])
     writer_lib.ExampleWriter(file_adapters.FileFormat.TFRECORD).write(path, serialized())
-    return {"file_index": item["file_index"], "file": path.name, "bytes": int(path.stat().length), **counts}
+    return {"file_index": item["file_index"], "file": path.name, "bytes": int(path.stat().length),
+            "complete": counts["episodes"], **counts}  # RLDS holds complete episodes only
 
 
 def description(source: Dict[str, Any]) -> str:
