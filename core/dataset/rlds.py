@@ -3,16 +3,18 @@
 One example per complete episode (the RLDS layout)::
 
     FeaturesDict({
-        "episode_id":     Scalar(int64),
-        "episode_return": Scalar(float64),        sum of its steps' rewards
-        "policy_version": Scalar(int64),          of its first step
+        "episode_id":     Tensor((), int64),
+        "episode_return": Tensor((), float64),    sum of its steps' rewards (exact: raw bytes)
+        "policy_version": Tensor((), int64),      of its first step
         "steps": Dataset({
-            "observation": Tensor(shape, dtype),  "action": Tensor | Scalar,
-            "reward": Scalar(float32),            "discount": Scalar(float32),
+            "observation": Tensor(shape, dtype),  "action": Tensor(shape, dtype),
+            "reward": Tensor((), float32),        "discount": Tensor((), float32),
             "is_first": bool, "is_last": bool,    "is_terminal": bool,
             "extras": FeaturesDict({...}),        (only when the store has extras)
         }),
     })
+
+Each field keeps the store's dtype and row shape (see :func:`_tensor` for the encoding).
 
 The folder holds what TFDS's builders write: ``dataset_info.json`` (split
 ``train``, shard lengths; the description names the env id, the DataBloom
