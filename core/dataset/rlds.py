@@ -35,7 +35,8 @@ TFDS's own shard-based Beam generation runs (``Create | Map(write shard)``),
 so Beam and Dask write byte-identical shards. TFDS's ``BeamWriter``
 re-shards by size and orders by hashed keys, which would split the
 store's episode order, and no builder runs on Dask. The driver then writes
-``dataset_info.json`` with ``DatasetInfo.write_to_directory``.
+``dataset_info.json`` with ``DatasetInfo.write_to_directory``, the info built
+by ``tfds.rlds.rlds_base.build_info`` (TFDS's RLDS layout).
 """
 from __future__ import annotations
 
@@ -49,7 +50,6 @@ from core.dataset.errors import DatasetError
 
 #: Stored fields an RLDS step does not carry (the step flags and the episode metadata replace them).
 _NOT_STEP_FIELDS = ("terminated", "truncated", "episode_id", "step", "policy_version")
-_STEP_FLAGS = ("is_first", "is_last", "is_terminal")
 SPLIT = "train"
 
 
@@ -91,25 +91,35 @@ def _tensor(spec: Dict[str, Any]):
                                 encoding=tfds.features.Encoding.BYTES if raw else tfds.features.Encoding.NONE)
 
 
-def features(fields: Dict[str, Dict[str, Any]]):
-    """The episode ``FeaturesDict`` for a store whose shards have the field spec ``fields``."""
+def dataset_info(source: Dict[str, Any], data_dir: str):
+    """The ``DatasetInfo`` of an export of ``source`` (the driver's ``source`` dict: env id, fields, versions).
+
+    Built by ``tfds.rlds.rlds_base.build_info``, the helper TFDS's own RLDS
+    datasets use, so the step and episode layout is RLDS's: the step fields
+    observation, action, reward, discount, is_first, is_last, is_terminal,
+    DataBloom's extras as step metadata, and the episode metadata beside ``steps``.
+    """
     tfds = require_tfds()
-    steps: Dict[str, Any] = {n: _tensor(s) for n, s in fields.items()
-                             if n not in _NOT_STEP_FIELDS and not n.startswith("extras/")}
-    steps.update({f: tfds.features.Scalar(dtype=np.bool_) for f in _STEP_FLAGS})
+    from tensorflow_datasets.core import dataset_info as dataset_info_lib
+    from tensorflow_datasets.rlds import rlds_base
+    fields = source["fields"]
     extras = {n.split("/", 1)[1]: _tensor(s) for n, s in fields.items() if n.startswith("extras/")}
-    if extras:
-        steps["extras"] = tfds.features.FeaturesDict(extras)
-    return tfds.features.FeaturesDict({
-        "episode_id": tfds.features.Scalar(dtype=np.int64),
-        "episode_return": _tensor({"dtype": "float64", "shape": []}),
-        "policy_version": tfds.features.Scalar(dtype=np.int64),
-        "steps": tfds.features.Dataset(steps),
-    })
+    config = rlds_base.DatasetConfig(
+        name="databloom", overall_description=description(source),
+        observation_info=_tensor(fields["observation"]), action_info=_tensor(fields["action"]),
+        reward_info=_tensor(fields["reward"]), discount_info=_tensor(fields["discount"]),
+        step_metadata_info={"extras": tfds.features.FeaturesDict(extras)} if extras else {},
+        episode_metadata_info={"episode_id": _tensor({"dtype": "int64", "shape": []}),
+                               "episode_return": _tensor({"dtype": "float64", "shape": []}),
+                               "policy_version": _tensor({"dtype": "int64", "shape": []})})
+    identity = dataset_info_lib.DatasetIdentity(name=dataset_name(source["env_id"]),
+                                                version=tfds.core.Version(source["export_format_version"]),
+                                                data_dir=data_dir, module_name=__name__)
+    return rlds_base.build_info(config, identity, ds_metadata={k: v for k, v in source.items() if k != "fields"})
 
 
 def episode_example(ep: Dict[str, Any], rows: Dict[str, np.ndarray]) -> Dict[str, Any]:
-    """One episode's rows (with step flags) as an example of :func:`features`."""
+    """One episode's rows (with step flags) as an example of :func:`dataset_info`'s features."""
     steps = {n: v for n, v in rows.items() if n not in _NOT_STEP_FIELDS and not n.startswith("extras/")}
     extras = {n.split("/", 1)[1]: v for n, v in rows.items() if n.startswith("extras/")}
     if extras:
@@ -136,7 +146,7 @@ def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
     from core.dataset.export import owned_episodes
     from tensorflow_datasets.core import example_serializer, file_adapters
     from tensorflow_datasets.core import writer as writer_lib
-    feats = features(item["source"]["fields"])
+    feats = dataset_info(item["source"], item["staging"]).features
     serializer = example_serializer.ExampleSerializer(feats.get_serialized_info())
     counts = {"episodes": 0, "rows": 0}
 
@@ -166,16 +176,9 @@ def description(source: Dict[str, Any]) -> str:
 
 def write_dataset_metadata(staging: str, source: Dict[str, Any], res: Dict[str, Any]) -> None:
     """Driver: ``dataset_info.json``, ``features.json`` and ``metadata.json`` for the written shards."""
-    tfds = require_tfds()
-    from tensorflow_datasets.core import dataset_info, file_adapters
+    from tensorflow_datasets.core import file_adapters
     from tensorflow_datasets.core import splits as splits_lib
-    identity = dataset_info.DatasetIdentity(name=dataset_name(source["env_id"]),
-                                            version=tfds.core.Version(source["export_format_version"]),
-                                            data_dir=staging, module_name=__name__)
-    meta = {k: v for k, v in source.items() if k != "fields"}
-    info = dataset_info.DatasetInfo(builder=identity, description=description(source),
-                                    features=features(source["fields"]), disable_shuffling=True,
-                                    metadata=tfds.core.MetadataDict(meta))
+    info = dataset_info(source, staging)
     info.set_file_format(file_adapters.FileFormat.TFRECORD)
     split = splits_lib.SplitInfo(name=SPLIT, shard_lengths=list(res["file_episodes"]),
                                  num_bytes=int(sum(res["file_bytes"])),
@@ -184,4 +187,4 @@ def write_dataset_metadata(staging: str, source: Dict[str, Any], res: Dict[str, 
     info.write_to_directory(staging)
 
 
-__all__: List[str] = ["require_tfds", "features", "write_shard", "write_dataset_metadata", "dataset_name"]
+__all__: List[str] = ["require_tfds", "dataset_info", "write_shard", "write_dataset_metadata", "dataset_name"]
