@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--out", required=True, metavar="NEW_STORE")
     c = sub.add_parser("compact", parents=[common], help="merge small shards into large ones (one atomic swap)")
     c.add_argument("--target-mib", type=float, default=64.0, help="raw MiB per merged shard (default 64)")
-    e = sub.add_parser("export", parents=[common], help="export as RLDS TFRecords or Parquet")
+    e = sub.add_parser("export", parents=[common], help="export as RLDS (a TFDS dataset) or Parquet (an Arrow dataset)")
     e.add_argument("--format", required=True, metavar="rlds|parquet")
     e.add_argument("--out", required=True, metavar="PATH")
     r = sub.add_parser("relabel", parents=[common], help="add n-step return columns (one atomic swap)")
@@ -74,8 +74,8 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
     from core.dataset import compact, engines, export, relabel, shards, stats
     from core.dataset import filter as filter_lib
     from core.dataset.errors import DatasetError
-    if args.command == "export" and args.format not in export.FORMATS:  # before any engine starts
-        raise DatasetError(f"unknown export format {args.format!r}; valid: {', '.join(export.FORMATS)}")
+    if args.command == "export":  # before any engine starts: bad format, or rlds without its extra
+        export.check_format(args.format)
     if args.command == "stats" and args.bins < 1:
         raise DatasetError(f"--bins {args.bins} invalid; valid: >= 1")
     shards.open_snapshot(args.store, args.version)  # bad or empty store: fail before starting an engine

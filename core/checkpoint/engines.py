@@ -44,6 +44,18 @@ from .layout import CheckpointError
 ArrayJob = Tuple[str, np.ndarray, Tuple[int, ...]]
 
 
+def dimension_names(location: str, ndim: int) -> List[str]:
+    """zarr v3 ``dimension_names`` of a variable: ``<leaf>_dim<i>`` per axis (``dense_0.kernel_dim1``).
+
+    Names are per variable, so variables of one group never share a dimension
+    of a different size, and ``xarray.open_zarr(step + "/learner/params")``
+    opens a group of parameters as one Dataset. DataBloom's reader ignores
+    them (checkpoints written before them still restore).
+    """
+    leaf = location.rstrip("/").rsplit("/", 1)[-1]
+    return [f"{leaf}_dim{i}" for i in range(ndim)]
+
+
 def codecs_json(dtype: np.dtype, zstd_level: int) -> list:
     bytes_codec = ({"name": "bytes"} if dtype.itemsize == 1 else
                    {"name": "bytes", "configuration": {"endian": "little"}})
@@ -73,7 +85,8 @@ class TensorstoreWriter:
                 "metadata": {"shape": list(arr.shape), "data_type": arr.dtype.name,
                              "chunk_grid": {"name": "regular",
                                             "configuration": {"chunk_shape": list(chunks)}},
-                             "codecs": codecs_json(arr.dtype, self.zstd_level)}}
+                             "codecs": codecs_json(arr.dtype, self.zstd_level),
+                             "dimension_names": dimension_names(path, arr.ndim)}}
 
 
 class DaskWriter(TensorstoreWriter):
@@ -134,6 +147,7 @@ class ZarrWriter:
                               serializer=BytesCodec(),
                               compressors=[ZstdCodec(level=self.zstd_level), Crc32cCodec()],
                               filters=None, fill_value=0, overwrite=True, zarr_format=3,
+                              dimension_names=dimension_names(url, arr.ndim),
                               config={"write_empty_chunks": True})
         z[...] = arr
 

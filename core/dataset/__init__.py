@@ -16,7 +16,9 @@ One concept per module:
 * ``replace``  the atomic "replace" commit used by compact and relabel
 * ``compact``  merge small shards into large ones (one replace entry)
 * ``relabel``  n-step return columns as new arrays (one replace entry)
-* ``export``   RLDS (TFRecord of SequenceExample, tf.data) and Parquet
+* ``export``   the export plan (episodes per owning shard) and the checked summary
+* ``rlds``     RLDS episodes as a TFDS dataset (tensorflow-datasets' writer)
+* ``parquet``  one Arrow/Parquet dataset, FixedSizeList columns, schema metadata
 * ``engines``  local / Dask / Beam adapters: map a function, reduce results
 
 Example::

@@ -193,7 +193,28 @@ def chunk_rows(shape: tuple, dtype, chunk_bytes: int) -> int:
     return int(max(1, min(shape[0], chunk_bytes // max(1, _row_bytes(shape, dtype)))))
 
 
-def _zarr_metadata(shape: tuple, dtype, chunks: int, level: int) -> Dict[str, Any]:
+#: The dimension of the episode index arrays (one entry per episode segment).
+SEGMENT_DIM = "segment"
+#: The leading dimension of every field array (one entry per stored step).
+ROW_DIM = "row"
+
+
+def dimension_names(name: str, ndim: int) -> List[str]:
+    """zarr v3 ``dimension_names`` of the shard array ``name`` with ``ndim`` dimensions.
+
+    Field arrays are ``row`` then one dimension per field axis, named after the
+    field (``observation_dim0``), so arrays of one group never share a name of
+    a different size; the episode index has its own ``segment`` dimension.
+    xarray needs the names to open a shard (``xarray.open_zarr(shard)``, and
+    ``group="extras"`` / ``group="episodes"``); DataBloom's readers ignore them,
+    so shards written before they existed still read.
+    """
+    leaf = name.rsplit("/", 1)[-1]
+    first = SEGMENT_DIM if name.startswith(f"{EPISODES_GROUP}/") else ROW_DIM
+    return [first, *(f"{leaf}_dim{i}" for i in range(ndim - 1))]
+
+
+def _zarr_metadata(name: str, shape: tuple, dtype, chunks: int, level: int) -> Dict[str, Any]:
     dtype = np.dtype(dtype)
     return {
         "shape": list(shape), "data_type": dtype.name,
@@ -203,6 +224,7 @@ def _zarr_metadata(shape: tuple, dtype, chunks: int, level: int) -> Dict[str, An
         "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
                    {"name": "zstd", "configuration": {"level": level, "checksum": False}},
                    {"name": "crc32c"}],
+        "dimension_names": dimension_names(name, len(shape)),
     }
 
 
@@ -228,7 +250,7 @@ class _TensorstoreEngine:
         context = self.small_context if small else self.context
         return {name: self.ts.open({
             "driver": "zarr3", "kvstore": urls.kvstore_spec(urls.join(root, name)),
-            "metadata": _zarr_metadata(shape, dtype, chunks, level),
+            "metadata": _zarr_metadata(name, shape, dtype, chunks, level),
             "create": True, "delete_existing": True}, context=context)
             for name, (shape, dtype, chunks) in specs.items()}
 
@@ -271,7 +293,8 @@ class _ZarrEngine:
         return {name: _Done(zarr.create_array(
             StorePath(store, name), shape=shape, dtype=dtype, chunks=(chunks, *shape[1:]),
             compressors=[zarr.codecs.ZstdCodec(level=level), zarr.codecs.Crc32cCodec()],
-            fill_value=False if dtype == np.bool_ else 0, overwrite=True))
+            fill_value=False if dtype == np.bool_ else 0, dimension_names=dimension_names(name, len(shape)),
+            overwrite=True))
             for name, (shape, dtype, chunks) in specs.items()}
 
     def write(self, handle, lo: int, data: np.ndarray, referenced: bool = False):
