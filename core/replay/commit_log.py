@@ -73,7 +73,8 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from core import urls
-from core.replay.schema import LOG_DIR, ReplayError, ShardInfo
+from core.replay.log_entries import check_checkpoint, check_entry
+from core.replay.schema import LOG_DIR, LogDamagedError, ReplayError, ShardInfo
 
 _MEMORY_LOCK = threading.Lock()
 
@@ -84,6 +85,12 @@ def entry_name(version: int) -> str:
 
 def checkpoint_name(version: int) -> str:
     return f"{version:020d}.checkpoint.json"
+
+
+def parse_entry_name(name: str) -> Optional[int]:
+    """The version of an entry file name (``00000000000000000007.json`` -> 7), else None."""
+    stem = name[:-len(".json")] if name.endswith(".json") else ""
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
 
 
 #: Versions between log checkpoints (see CommitLog).
@@ -184,8 +191,9 @@ class LogState:
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "LogState":
-        if d.get("format") != CHECKPOINT_FORMAT:
+        if not isinstance(d, dict) or d.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"not a {CHECKPOINT_FORMAT} log checkpoint")
+        check_checkpoint(d)  # ids and types, as for entries (ValueError: fold entries instead)
         infos = {i["id"]: ShardInfo.from_json(i) for i in d["infos"]}
         return cls(int(d["version"]), {sid: infos[sid] for sid in d["live"]},
                    {k: int(v) for k, v in d["committed_version"].items()},
@@ -258,6 +266,15 @@ class CommitLog:
     last ``KEEP_CHECKPOINTS`` are kept, since each holds every shard ever
     committed.
 
+    Damage is an error, never a shorter history (``LogDamagedError``, "commit
+    log is damaged at version N"): every entry read is validated
+    (``log_entries.py``: a ``{}`` or an id like ``../x`` is damage); the first
+    read lists the log folder once and requires versions ``1..latest`` without
+    a gap; later reads that find no entry ``v+1`` also probe ``v+2`` (one more
+    small read), since a healthy log never has an entry after a missing one
+    (entry ``v+2`` can only be created by a committer that read ``v+1``).
+    ``python -m pipelines.process repair`` truncates a damaged log.
+
     Example::
 
         log = CommitLog("memory://run/replay")
@@ -266,6 +283,7 @@ class CommitLog:
     """
 
     def __init__(self, url: str, use_checkpoints: bool = True):
+        self.store_url = url
         self.url = urls.join(url, LOG_DIR)
         self.fs, self.path = urls.resolve(self.url)
         self._creator = _creator_for(url, self.fs, self.path)
@@ -273,6 +291,7 @@ class CommitLog:
         self._entries: List[Dict[str, Any]] = []       # entries _base+1 .. _state.version
         self._state = LogState()
         self._opened = not use_checkpoints             # False: fold every entry from version 1
+        self._listed = False                           # the one full listing (gap check) done
         self._lock = threading.Lock()
 
     def _read(self, version: int) -> Optional[Dict[str, Any]]:
@@ -281,18 +300,51 @@ class CommitLog:
         except FileNotFoundError:
             return None
         try:
-            return json.loads(raw)
+            entry = json.loads(raw)
         except ValueError:
-            raise ReplayError(f"commit log entry {version} of {self.url} is not valid JSON") from None
+            raise LogDamagedError(self.store_url, version, "the entry is not valid JSON") from None
+        return check_entry(entry, version, self.store_url)
+
+    def versions(self) -> List[int]:
+        """Versions of every entry file in the log folder, ascending (one listing)."""
+        try:
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.path, detail=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(v for v in map(parse_entry_name, names) if v is not None)
+
+    def _check_contiguous(self) -> None:
+        """LogDamagedError at the first missing version below the newest entry (one listing)."""
+        versions = self.versions()
+        if versions and versions[-1] != len(versions):  # healthy: exactly 1..latest
+            present = set(versions)
+            missing = next(v for v in range(1, versions[-1] + 1) if v not in present)
+            raise LogDamagedError(self.store_url, missing, f"entry {missing} is missing while later"
+                                  f" entries exist (up to {versions[-1]})")
+
+    def _gap_after(self, version: int) -> bool:
+        """Entry ``version + 1`` was missing: True if it exists after all (a commit raced the read);
+        LogDamagedError if a later entry exists without it; False if the log ends at ``version``."""
+        if not self.fs.exists(f"{self.path}/{entry_name(version + 2)}"):
+            return False
+        if self.fs.exists(f"{self.path}/{entry_name(version + 1)}"):
+            return True
+        raise LogDamagedError(self.store_url, version + 1, f"entry {version + 1} is missing while"
+                              f" entry {version + 2} exists")
 
     def _read_checkpoint(self, version: Optional[int] = None) -> Optional[LogState]:
         """The checkpoint at ``version`` (default: the one ``_last_checkpoint`` names), or None."""
         try:
             if version is None:
                 version = int(json.loads(self.fs.cat_file(f"{self.path}/{LAST_CHECKPOINT}"))["version"])
-            return LogState.from_json(json.loads(self.fs.cat_file(f"{self.path}/{checkpoint_name(version)}")))
+            raw = self.fs.cat_file(f"{self.path}/{checkpoint_name(version)}")
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None                                # a cache: read entries instead
+        try:
+            return LogState.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as e:
+            warnings.warn(f"ignoring log checkpoint {version} of {self.url} ({e}); reading entries instead")
+            return None
 
     def _write_checkpoint(self, state: LogState) -> None:
         """Best effort: a failure only means later readers read more entries."""
@@ -318,17 +370,24 @@ class CommitLog:
         written as a checkpoint.
         """
         with self._lock:
+            if not self._listed:
+                self._check_contiguous()
+                self._listed = True
             if not self._opened:
                 self._opened = True
                 start = self._read_checkpoint()
                 if start is not None and self._read(start.version) is not None:  # same log, not a recreated one
                     self._state, self._base, self._base_state = start, start.version, start.copy()
-            while (entry := self._read(self._state.version + 1)) is not None:
+            while True:
+                entry = self._read(self._state.version + 1)
+                if entry is None:
+                    if self._gap_after(self._state.version):
+                        continue
+                    return self._state
                 self._state.apply(entry)
                 self._entries.append(entry)
                 if checkpoint_at and self._state.version == checkpoint_at and checkpoint_at % CHECKPOINT_EVERY == 0:
                     self._write_checkpoint(self._state.copy())
-            return self._state
 
     def state(self, version: Optional[int] = None) -> LogState:
         """The state at ``version`` (default: latest). Returns a private copy."""
@@ -344,10 +403,16 @@ class CommitLog:
             c = version // CHECKPOINT_EVERY * CHECKPOINT_EVERY
             state = self._read_checkpoint(c) if c else None
             state = state or LogState()
-            entries = [self._read(v) for v in range(state.version + 1, version + 1)]
+            entries = [self._read_existing(v) for v in range(state.version + 1, version + 1)]
         for entry in entries:
             state.apply(entry)
         return state
+
+    def _read_existing(self, version: int) -> Dict[str, Any]:
+        entry = self._read(version)
+        if entry is None:  # below the latest version: every entry must exist
+            raise LogDamagedError(self.store_url, version, f"entry {version} is missing")
+        return entry
 
     def entry(self, version: int) -> Dict[str, Any]:
         self.refresh()

@@ -1,10 +1,18 @@
-"""Shard reader: decode one committed shard's arrays, naming any corrupt chunk.
+"""Shard reader: decode one committed shard's arrays, naming any corrupt or missing chunk.
 
 Reads go through zarr-python (any zarr v3 reader would do: shards are plain
 zarr). Every chunk carries a crc32c checksum; zarr-python raises a bare
 ``ValueError`` on a mismatch for the whole read, so on any decode failure the
 reader re-reads the array chunk by chunk to find the bad chunk and raises
 ``ChecksumError`` naming shard, array and chunk key (e.g. ``c/3/0``).
+
+zarr would read a chunk that is not stored as zeros (the fill value). Shards
+whose attributes say ``every_chunk_stored`` (all shards written since that
+attribute exists) have every chunk stored, so before decoding an array the
+reader checks that every chunk of its grid is there (``chunks.py``: one
+listing per shard) and raises ``MissingChunkError``, a ``ChecksumError``, if
+one is not. Older shards did not store chunks equal to the fill value, so
+for them a missing chunk cannot be told from a zero one.
 
 Example::
 
@@ -20,7 +28,9 @@ from typing import Any, Dict, Iterable, List, Optional
 import numpy as np
 
 from core import urls
-from core.replay.schema import ATTRS_KEY, EPISODES_GROUP, ChecksumError, ReplayError, ShardInfo
+from core.replay.chunks import missing_chunk, stored_keys
+from core.replay.schema import (ATTRS_KEY, EPISODES_GROUP, EVERY_CHUNK_ATTR, ChecksumError, MissingChunkError,
+                                ReplayError, ShardInfo)
 
 
 def zarr_store(url: str, read_only: bool = True):
@@ -72,6 +82,8 @@ class ShardReader:
             raise ReplayError(f"shard {shard_id!r} was rewritten after it was committed (token"
                               f" {self.attrs.get('token')!r} != committed {expected_token!r})")
         self.group = zarr.open_group(zarr_store(urls.join(shards_url, shard_id)), mode="r")
+        self._root = urls.join(shards_url, shard_id)
+        self._stored = None  # chunk keys under the shard, listed once at the first read
 
     @property
     def field_names(self) -> List[str]:
@@ -84,11 +96,23 @@ class ShardReader:
         except KeyError:
             raise ReplayError(f"shard {self.shard_id!r} has no array {name!r};"
                               f" valid: {', '.join(self.field_names)}") from None
+        self._check_chunks(arr, name)
         try:
             return arr[rows]
         except Exception as e:  # decode failure: find the chunk that fails
             self._raise_bad_chunk(arr, name, e)
             raise
+
+    def _check_chunks(self, arr, name: str) -> None:
+        """MissingChunkError if a chunk of ``arr`` is not stored (zarr would return zeros for it)."""
+        if not self.attrs.get(EVERY_CHUNK_ATTR):
+            return  # written before every chunk was stored: a missing chunk may be a zero one
+        if self._stored is None:
+            fs, path = urls.resolve(self._root)
+            self._stored = stored_keys(fs, path)
+        chunk = missing_chunk(arr, self._stored, name)
+        if chunk is not None:
+            raise MissingChunkError(self.shard_id, name, chunk)
 
     def _raise_bad_chunk(self, arr, name: str, error: Exception) -> None:
         rows_per_chunk = arr.chunks[0]
