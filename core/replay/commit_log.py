@@ -305,22 +305,32 @@ class CommitLog:
             raise LogDamagedError(self.store_url, version, "the entry is not valid JSON") from None
         return check_entry(entry, version, self.store_url)
 
-    def versions(self) -> List[int]:
-        """Versions of every entry file in the log folder, ascending (one listing)."""
+    def listing(self) -> "tuple[List[int], List[int]]":
+        """``(entry versions, log checkpoint versions)`` present in the log folder, ascending."""
         try:
             names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.path, detail=False)]
         except (FileNotFoundError, NotADirectoryError):
-            return []
-        return sorted(v for v in map(parse_entry_name, names) if v is not None)
+            return [], []
+        entries = sorted(v for v in map(parse_entry_name, names) if v is not None)
+        checkpoints = sorted(int(n[:20]) for n in names if n.endswith(".checkpoint.json") and n[:20].isdigit())
+        return entries, checkpoints
 
     def _check_contiguous(self) -> None:
-        """LogDamagedError at the first missing version below the newest entry (one listing)."""
-        versions = self.versions()
-        if versions and versions[-1] != len(versions):  # healthy: exactly 1..latest
+        """LogDamagedError at the first missing version below the newest entry or log checkpoint.
+
+        A checkpoint is written after its entry and removed only when older ones
+        are pruned, so one newer than every entry means entries were lost.
+        """
+        versions, checkpoints = self.listing()
+        latest = versions[-1] if versions else 0
+        if versions and latest != len(versions):  # healthy: exactly 1..latest
             present = set(versions)
-            missing = next(v for v in range(1, versions[-1] + 1) if v not in present)
+            missing = next(v for v in range(1, latest + 1) if v not in present)
             raise LogDamagedError(self.store_url, missing, f"entry {missing} is missing while later"
-                                  f" entries exist (up to {versions[-1]})")
+                                  f" entries exist (up to {latest})")
+        if checkpoints and checkpoints[-1] > latest:
+            raise LogDamagedError(self.store_url, latest + 1, f"entries {latest + 1}..{checkpoints[-1]} are"
+                                  f" missing while log checkpoint {checkpoints[-1]} exists")
 
     def _gap_after(self, version: int) -> bool:
         """Entry ``version + 1`` was missing: True if it exists after all (a commit raced the read);

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 #: Bump on incompatible layout changes; readers refuse stores with a newer one.
 SCHEMA_VERSION = 1
@@ -61,17 +61,25 @@ class ReplayError(RuntimeError):
 
 
 class ChecksumError(ReplayError):
-    """A stored chunk fails its crc32c check (or cannot be decoded)."""
+    """A stored chunk fails its crc32c check (or cannot be decoded).
 
-    def __init__(self, shard_id: str, array: str, chunk: str, detail: str = ""):
+    Also constructible from a finished message alone (``ChecksumError(message)``):
+    Beam re-raises a worker's error as ``type(e)(annotated message)``, and an error
+    that cannot be rebuilt that way would reach the CLI as a RuntimeError traceback.
+    """
+
+    def __init__(self, shard_id: str, array: Optional[str] = None, chunk: str = "", detail: str = ""):
         self.shard_id, self.array, self.chunk, self.detail = shard_id, array, chunk, detail
-        super().__init__(
-            f"checksum error in replay shard {shard_id!r}, array {array!r}, chunk {chunk!r}"
-            + (f": {detail}" if detail else "")
-            + "; the shard is corrupt (quarantine it with store.quarantine)")
+        ReplayError.__init__(self, shard_id if array is None else self._message())
+
+    def _message(self) -> str:
+        return (f"checksum error in replay shard {self.shard_id!r}, array {self.array!r}, chunk {self.chunk!r}"
+                + (f": {self.detail}" if self.detail else "")
+                + "; the shard is corrupt (quarantine it with store.quarantine)")
 
     def __reduce__(self):  # pickled by Dask workers: rebuild from the fields, not from the message
-        return type(self), (self.shard_id, self.array, self.chunk, self.detail)
+        return type(self), ((self.shard_id, self.array, self.chunk, self.detail) if self.array is not None
+                            else self.args)
 
 
 class MissingChunkError(ChecksumError):
@@ -80,26 +88,30 @@ class MissingChunkError(ChecksumError):
     Handled exactly like a checksum error (the replay cache quarantines the shard).
     """
 
-    def __init__(self, shard_id: str, array: str, chunk: str, detail: str = ""):
-        self.shard_id, self.array, self.chunk, self.detail = shard_id, array, chunk, detail
-        ReplayError.__init__(
-            self, f"missing chunk in replay shard {shard_id!r}, array {array!r}, chunk {chunk!r}"
-            " (zarr would read zeros in its place); the shard is damaged (quarantine it with"
-            " store.quarantine, or restore the file)")
+    def _message(self) -> str:
+        return (f"missing chunk in replay shard {self.shard_id!r}, array {self.array!r}, chunk {self.chunk!r}"
+                " (zarr would read zeros in its place); the shard is damaged (quarantine it with"
+                " store.quarantine, or restore the file)")
 
 
 class LogDamagedError(ReplayError):
-    """A commit-log entry is missing (a gap), not valid JSON, or valid JSON of the wrong shape."""
+    """A commit-log entry is missing (a gap), not valid JSON, or valid JSON of the wrong shape.
 
-    def __init__(self, store_url: str, version: int, what: str):
-        self.store_url, self.version, self.what = store_url, int(version), what
+    Like ChecksumError, also constructible from a finished message alone (Beam).
+    """
+
+    def __init__(self, store_url: str, version: Optional[int] = None, what: str = ""):
+        self.store_url, self.version, self.what = store_url, version, what
+        if version is None:
+            super().__init__(store_url)
+            return
         super().__init__(
             f"commit log is damaged at version {version}: {what}; repair: python -m pipelines.process"
             f" repair {store_url} --truncate-after {max(int(version) - 1, 0)} (shows what it removes;"
             " add --yes to apply)")
 
     def __reduce__(self):
-        return type(self), (self.store_url, self.version, self.what)
+        return type(self), (self.args if self.version is None else (self.store_url, self.version, self.what))
 
 
 #: Every id a DataBloom writer produces: a lowercase letter and digits, hyphen-joined segments.

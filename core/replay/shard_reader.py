@@ -89,13 +89,34 @@ class ShardReader:
     def field_names(self) -> List[str]:
         return list(self.attrs["fields"])
 
-    def read(self, name: str, rows: slice = slice(None)) -> np.ndarray:
-        """Decode ``name`` (a field, or ``episodes/<column>``) for ``rows``."""
+    def _array(self, name: str):
         try:
-            arr = self.group[name]
+            return self.group[name]
         except KeyError:
             raise ReplayError(f"shard {self.shard_id!r} has no array {name!r};"
                               f" valid: {', '.join(self.field_names)}") from None
+
+    def array_names(self) -> List[str]:
+        """Every array of the shard: its fields, then ``episodes/<column>`` of the episode index."""
+        try:
+            columns = sorted(self.group[EPISODES_GROUP].array_keys())
+        except KeyError:
+            raise ReplayError(f"shard {self.shard_id!r} has no {EPISODES_GROUP!r} index (damaged shard)") from None
+        return [*self.field_names, *(f"{EPISODES_GROUP}/{c}" for c in columns)]
+
+    def verify(self) -> "ShardReader":
+        """Check, without decoding, that every array exists with every chunk stored; returns self.
+
+        MissingChunkError names the first missing chunk (one listing of the shard,
+        plus each array's metadata).
+        """
+        for name in self.array_names():
+            self._check_chunks(self._array(name), name)
+        return self
+
+    def read(self, name: str, rows: slice = slice(None)) -> np.ndarray:
+        """Decode ``name`` (a field, or ``episodes/<column>``) for ``rows``."""
+        arr = self._array(name)
         self._check_chunks(arr, name)
         try:
             return arr[rows]
