@@ -448,6 +448,10 @@ class CommitLog:
                 return state.version
             entry = {"version": state.version + 1, "time": time.time(),
                      "writer": f"{socket.gethostname()}:{os.getpid()}", **entry}
+            try:  # never write an entry that readers would reject as damage
+                check_entry(entry, entry["version"], self.store_url)
+            except LogDamagedError as e:
+                raise ReplayError(f"refusing to commit a malformed entry to {self.url}: {e.what}") from None
             if self._creator.create(entry_name(entry["version"]), json.dumps(entry).encode()):
                 self.refresh(checkpoint_at=entry["version"])
                 return entry["version"]

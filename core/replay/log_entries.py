@@ -78,8 +78,12 @@ def _shard_info(d: Any, where: str) -> None:
 def _check(entry: Any, version: int) -> None:
     if not isinstance(entry, dict):
         raise _Bad(f"the entry is a JSON {type(entry).__name__}, not an object")
-    if not _is_int(entry.get("version")):
-        raise _Bad(f"'version' is {entry.get('version')!r}; valid: the integer {version}")
+    if not entry:
+        raise _Bad("the entry is an empty object {}")
+    if "version" not in entry:
+        raise _Bad(f"the entry has no 'version' (keys: {', '.join(sorted(map(str, entry))[:6])})")
+    if not _is_int(entry["version"]):
+        raise _Bad(f"'version' is {entry['version']!r}; valid: the integer {version}")
     if entry["version"] != version:
         raise _Bad(f"the entry in file {version} says version {entry['version']}")
     op = entry.get("op")

@@ -120,13 +120,13 @@ class LogDamagedError(ReplayError):
 #: (relabel); filter keeps its source ids. A strict grammar, so that the shards folder is a
 #: namespace the store owns: anything else there (a user's ``backup/``, ``notes.txt``) is not
 #: a shard, and an id read from the log that is not one (``../../victim``) is damage.
-SHARD_ID_RE = re.compile(r"^[a-z][0-9]+(?:-[a-z][0-9]+)*$")
+SHARD_ID_RE = re.compile(r"[a-z][0-9]+(?:-[a-z][0-9]+)*")
 MAX_SHARD_ID_LEN = 64
 
 
 def is_shard_id(name: object) -> bool:
-    """True if ``name`` is a shard id of the grammar the writers produce (``SHARD_ID_RE``)."""
-    return isinstance(name, str) and len(name) <= MAX_SHARD_ID_LEN and SHARD_ID_RE.match(name) is not None
+    """True if ``name`` is a shard id of the grammar the writers produce (all of it: ``SHARD_ID_RE.fullmatch``)."""
+    return isinstance(name, str) and len(name) <= MAX_SHARD_ID_LEN and SHARD_ID_RE.fullmatch(name) is not None
 
 
 def validate_shard_id(shard_id: str) -> str:
