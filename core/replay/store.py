@@ -62,7 +62,18 @@ class ReplayStore:
     # -- opening ---------------------------------------------------------------------------
     @classmethod
     def open(cls, url: str, **writer_options: Any) -> "ReplayStore":
-        """Open an existing store; one-line ReplayError if ``url`` is not one. Never deletes."""
+        """Open an existing store and read its commit log; never deletes.
+
+        One-line ReplayError if ``url`` is not a store, or LogDamagedError if its
+        commit log is damaged (``python -m pipelines.process repair`` fixes that).
+        """
+        store = cls.open_unchecked(url, **writer_options)
+        store.log.refresh()
+        return store
+
+    @classmethod
+    def open_unchecked(cls, url: str, **writer_options: Any) -> "ReplayStore":
+        """Open a store without reading its commit log (for ``repair``, which must open damaged ones)."""
         url = urls.normalize(url)
         marker = _read_marker(url)
         if marker is None:

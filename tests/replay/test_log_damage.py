@@ -61,7 +61,7 @@ MALFORMED = [  # entry written as version 5 -> the words after "damaged at versi
 def test_malformed_entry_is_a_one_line_damaged_log_error(store_url, entry, words):
     store = _store(store_url)
     _put(store, 5, entry)
-    for read in (lambda: ReplayStore.open(store_url).snapshot(), lambda: store.log.state(),
+    for read in (lambda: ReplayStore.open(store_url), lambda: store.log.state(),
                  lambda: ReplayStore.open(store_url).gc(0)):
         with pytest.raises(LogDamagedError) as e:
             read()
@@ -78,8 +78,8 @@ def test_gap_is_found_at_open_and_after_open_and_never_filled(store_url):
                                               r" exist \(up to 4\)"):
         ReplayStore.open(store_url).snapshot()
     assert store.log.state(1).version == 1            # a reader that opened before holds the entries
-    reader = ReplayStore.open(store_url)
     store.log.fs.pipe_file(f"{store.log.path}/{entry_name(2)}", json.dumps(store.log.entry(2)).encode())
+    reader = ReplayStore.open(store_url)
     assert reader.latest_version() == 4
     for v in (5, 6):                                   # two more commits, then entry 5 is lost
         _put(store, v, {"version": v, "op": "add", "shards": [dict(INFO, id=f"s{v:08d}")]})
