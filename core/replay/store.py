@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from core import urls
 from core.trajectory import TrajectoryBatch
 from core.replay.aggregator import ShardAggregator
-from core.replay.commit_log import CommitLog, LogState, _creator_for
+from core.replay.commit_log import CommitLog, LogState
+from core.replay.exclusive import _creator_for
 from core.replay.schema import (SCHEMA_VERSION, SHARDS_DIR, STORE_FORMAT, STORE_MARKER,
                                 ReplayError, ShardInfo, validate_shard_id)
 from core.replay.shard_reader import read_shard_info
