@@ -75,6 +75,10 @@ def repair(args: argparse.Namespace) -> int:
     from core.replay import repair as repair_lib
     plan = repair_lib.plan_truncate(args.store, args.truncate_after)
     print("\n".join(repair_lib.describe(plan)))
+    later = _checkpoints_after(plan.store_url, plan.after)
+    if later:  # kept: learned parameters are not the log's to delete
+        print(f"note: model checkpoints at learner steps {later} were saved at replay log versions after"
+              f" {plan.after}; --resume from them continues with the shorter log")
     if not plan.changes:
         return 0
     if not args.yes:
@@ -83,6 +87,21 @@ def repair(args: argparse.Namespace) -> int:
     repair_lib.apply_truncate(plan)
     print(f"done: the log of {plan.store_url} now ends at version {plan.after}")
     return 0
+
+
+def _checkpoints_after(store_url: str, version: int) -> List[int]:
+    """Steps of the model checkpoints beside a run's store (``<run>/replay`` -> ``<run>/checkpoints``)
+    whose metadata records a replay log version after ``version``."""
+    from core import urls
+    from core.checkpoint import CheckpointError, Checkpointer
+    run, name = (store_url.rstrip("/").rsplit("/", 1) + [""])[:2]
+    if name != "replay":
+        return []
+    try:
+        with Checkpointer(urls.join(run, "checkpoints"), keep_last=None) as ckpt:
+            return [s for s in ckpt.all_steps() if int(ckpt.metadata(s).get("replay_log_version", 0)) > version]
+    except CheckpointError:
+        return []  # no readable checkpoint directory beside the store: nothing to note
 
 
 def _print_stats(s: dict) -> None:

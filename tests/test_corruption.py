@@ -317,3 +317,21 @@ def test_real_subprocess_evaluate_with_missing_checkpoint_chunk(run):
     assert proc.returncode == 2, proc.stderr
     assert _error_lines(proc.stderr) == [proc.stderr.strip().splitlines()[-1]]
     assert _error_lines(proc.stderr)[0].startswith(f"error: {words}") and "Traceback" not in proc.stderr
+
+
+def test_repair_of_a_run_store_notes_later_model_checkpoints(run, capsys):
+    from pipelines import process
+    from core.checkpoint import Checkpointer
+    log_gap(run)
+    store = os.path.join(run, "replay")
+    ckpt = Checkpointer(os.path.join(run, "checkpoints"))
+    later = [s for s in ckpt.all_steps() if ckpt.metadata(s)["replay_log_version"] > 1]
+    assert later                                      # the tiny run checkpoints at versions 2 and 3
+    before = tree(run)
+    assert process.main(["repair", store, "--truncate-after", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: model checkpoints at learner steps {later} were saved at replay log versions after 1" in out
+    assert tree(run) == before                        # a dry run
+    assert process.main(["repair", store, "--truncate-after", "1", "--yes"]) == 0
+    assert ckpt.all_steps() and sorted(os.listdir(os.path.join(store, "log"))) == ["00000000000000000001.json"]
+    assert process.main(["stats", store, "--executor", "local", "--plot", os.path.join(run, "..", "out", "p.png")]) == 0

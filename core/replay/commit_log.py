@@ -56,6 +56,7 @@ from core.replay.exclusive import TensorstoreCreator, _creator_for  # noqa: F401
 from core.replay.log_entries import check_checkpoint, check_entry
 from core.replay.schema import LOG_DIR, LogDamagedError, ReplayError, ShardInfo
 
+
 def entry_name(version: int) -> str:
     return f"{version:020d}.json"
 
