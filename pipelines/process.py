@@ -13,6 +13,13 @@ Examples::
     python -m pipelines.process compact runs/cartpole-dqn/replay --executor dask
     python -m pipelines.process export data/cartpole --format rlds --out data/cartpole-rlds
     python -m pipelines.process relabel data/cartpole --n-step 3 --discount 0.99
+    python -m pipelines.process repair runs/cartpole-dqn/replay --truncate-after 41        # dry run
+    python -m pipelines.process repair runs/cartpole-dqn/replay --truncate-after 41 --yes  # apply
+
+``repair`` fixes a damaged commit log ("commit log is damaged at version N"; the
+error names the command): it makes version N-1 the latest by removing later
+entries and log checkpoints (``core.replay.repair``); shard data is left for
+gc. It writes nothing without ``--yes``; run it with no writer on the store.
 """
 from __future__ import annotations
 
@@ -51,7 +58,50 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("relabel", parents=[common], help="add n-step return columns (one atomic swap)")
     r.add_argument("--n-step", type=int, required=True, metavar="N")
     r.add_argument("--discount", type=float, required=True, metavar="G")
+    _add_repair_parser(sub)
     return p
+
+
+def _add_repair_parser(sub) -> None:
+    rp = sub.add_parser("repair", help="truncate a damaged commit log after version N (dry run without --yes)")
+    rp.add_argument("store", metavar="STORE", help="replay store: a local path or URL")
+    rp.add_argument("--truncate-after", type=int, required=True, metavar="N",
+                    help="keep log versions 1..N; remove later entries and log checkpoints")
+    rp.add_argument("--yes", action="store_true", help="apply (default: only show what would be removed)")
+
+
+def repair(args: argparse.Namespace) -> int:
+    """``process repair``: show the truncation plan; apply it with ``--yes``."""
+    from core.replay import repair as repair_lib
+    plan = repair_lib.plan_truncate(args.store, args.truncate_after)
+    print("\n".join(repair_lib.describe(plan)))
+    later = _checkpoints_after(plan.store_url, plan.after)
+    if later:  # kept: learned parameters are not the log's to delete
+        print(f"note: model checkpoints at learner steps {later} were saved at replay log versions after"
+              f" {plan.after}; --resume from them continues with the shorter log")
+    if not plan.changes:
+        return 0
+    if not args.yes:
+        print("dry run: nothing was changed; rerun with --yes to apply")
+        return 0
+    repair_lib.apply_truncate(plan)
+    print(f"done: the log of {plan.store_url} now ends at version {plan.after}")
+    return 0
+
+
+def _checkpoints_after(store_url: str, version: int) -> List[int]:
+    """Steps of the model checkpoints beside a run's store (``<run>/replay`` -> ``<run>/checkpoints``)
+    whose metadata records a replay log version after ``version``."""
+    from core import urls
+    from core.checkpoint import CheckpointError, Checkpointer
+    run, name = (store_url.rstrip("/").rsplit("/", 1) + [""])[:2]
+    if name != "replay":
+        return []
+    try:
+        with Checkpointer(urls.join(run, "checkpoints"), keep_last=None) as ckpt:
+            return [s for s in ckpt.all_steps() if int(ckpt.metadata(s).get("replay_log_version", 0)) > version]
+    except CheckpointError:
+        return []  # no readable checkpoint directory beside the store: nothing to note
 
 
 def _print_stats(s: dict) -> None:
@@ -78,7 +128,8 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
         export.check_format(args.format)
     if args.command == "stats" and args.bins < 1:
         raise DatasetError(f"--bins {args.bins} invalid; valid: >= 1")
-    shards.open_snapshot(args.store, args.version)  # bad or empty store: fail before starting an engine
+    # A bad, empty, damaged-log or lost-chunk store fails here, in one line, before an engine starts.
+    shards.verify_snapshot(*shards.open_snapshot(args.store, args.version))
     with engines.make_engine(args.executor, pipeline_args, args.dask_address) as engine:
         if args.command == "stats":
             result = stats.compute_stats(engine, args.store, args.version, bins=args.bins)
@@ -96,6 +147,11 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args, pipeline_args = build_parser().parse_known_args(argv)
+    if args.command == "repair":  # no engine: a few small reads and deletes
+        if pipeline_args:
+            from core.dataset.errors import DatasetError
+            raise DatasetError(f"unrecognized arguments: {' '.join(pipeline_args)}")
+        return repair(args)
     result = run(args, pipeline_args)
     if args.command == "stats":
         from core.dataset.stats import plot_returns

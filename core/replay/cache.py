@@ -51,8 +51,10 @@ class ReplayCache:
       max_bytes: optional bound on the memory of the row arrays; the capacity
         becomes ``min(max_transitions, max_bytes // bytes_per_row)``.
       fields: extra fields to load besides ``REQUIRED_FIELDS`` (default: all).
-      quarantine_on_error: on a checksum error, quarantine the shard (a log
-        entry), warn and continue; if False, raise.
+      quarantine_on_error: on a checksum error or a missing chunk (every shard is
+        verified before loading: ``ShardReader.verify``), or a shard whose data is
+        gone or rewritten, quarantine the shard (a log entry), warn and continue;
+        if False, raise.
     """
 
     def __init__(self, store, max_transitions: int = 100_000, max_bytes: Optional[int] = None,
@@ -129,7 +131,7 @@ class ReplayCache:
 
     def _load(self, info: ShardInfo) -> Optional[Dict[str, np.ndarray]]:
         try:
-            reader = ShardReader(self.store.shards_url, info.id, expected_token=info.token)
+            reader = ShardReader(self.store.shards_url, info.id, expected_token=info.token).verify()
             names = self.wanted_fields or (list(self.data) if self.data else reader.field_names)
             missing = [n for n in names if n not in reader.field_names]
             if missing:

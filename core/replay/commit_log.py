@@ -29,29 +29,9 @@ committer also writes the folded state, ``<version:020d>.checkpoint.json``,
 and the hint ``_last_checkpoint``; a reader starts there instead of folding
 every entry since version 1 (see ``CommitLog``).
 
-Exclusive create, per store kind, and which are safe for concurrent writers:
-
-* **local disk** (plain path, ``file://``): the entry is written to a private
-  temp file, fsynced, then published with ``os.link(tmp, entry)``, which fails
-  with EEXIST if the entry exists. link(2) is atomic on POSIX file systems
-  (also NFSv3+), and the entry appears complete or not at all. **Safe for
-  concurrent processes and machines sharing the file system.**
-* **gs://, s3://**: tensorstore's kvstore conditional write
-  (``if_equal`` = the "no value" generation), which GCS implements with
-  ``ifGenerationMatch=0`` and S3 with ``If-None-Match: *``. **Safe for
-  concurrent writers** (credentials come from tensorstore's usual
-  environment, not fsspec's). Data and reads still go through fsspec.
-  An S3-compatible server (MinIO, Ceph, moto) is named by
-  ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (region: ``AWS_REGION`` or
-  ``AWS_DEFAULT_REGION``), which s3fs reads itself and ``_creator_for``
-  passes to tensorstore (``core.urls.s3_endpoint_options``); the server must
-  answer ``If-None-Match: *`` on PUT with 412 (AWS S3 since 2024-08;
-  moto >= 5.0.15; older moto ignores it, which the test detects).
-  Tested against moto: ``tests/replay/test_replay_s3.py``.
-* **memory://**: fsspec's in-process memory file system, a check-then-create
-  under a process-wide lock. Safe for threads of one process, which is all
-  that can see a memory:// store. (tensorstore's own ``memory`` kvstore is a
-  different, per-Context store, so it cannot back fsspec's memory://.)
+Exclusive create comes from ``exclusive.py`` (os.link on local disk, tensorstore
+conditional writes on gs:// and s3://, a lock for memory://), which also says
+which stores are safe for concurrent writers.
 
 Why not Icechunk: it gives ACID commits over zarr but its layout is readable
 only through icechunk, which would cost the plain-zarr interoperability of
@@ -68,14 +48,13 @@ import random
 import socket
 import threading
 import time
-import uuid
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from core import urls
-from core.replay.schema import LOG_DIR, ReplayError, ShardInfo
-
-_MEMORY_LOCK = threading.Lock()
+from core.replay.exclusive import TensorstoreCreator, _creator_for  # noqa: F401 - re-exported
+from core.replay.log_entries import check_checkpoint, check_entry
+from core.replay.schema import LOG_DIR, LogDamagedError, ReplayError, ShardInfo
 
 
 def entry_name(version: int) -> str:
@@ -86,6 +65,12 @@ def checkpoint_name(version: int) -> str:
     return f"{version:020d}.checkpoint.json"
 
 
+def parse_entry_name(name: str) -> Optional[int]:
+    """The version of an entry file name (``00000000000000000007.json`` -> 7), else None."""
+    stem = name[:-len(".json")] if name.endswith(".json") else ""
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
 #: Versions between log checkpoints (see CommitLog).
 CHECKPOINT_EVERY = 100
 CHECKPOINT_FORMAT = "databloom-log-checkpoint-1"
@@ -93,71 +78,6 @@ CHECKPOINT_FORMAT = "databloom-log-checkpoint-1"
 KEEP_CHECKPOINTS = 3
 #: Names the latest checkpoint's version; overwritten, so only a hint.
 LAST_CHECKPOINT = "_last_checkpoint"
-
-
-class _LinkCreator:
-    """Local disk: publish a fully written temp file with os.link (atomic, EEXIST on conflict)."""
-
-    def __init__(self, directory: str):
-        self.dir = directory
-
-    def create(self, name: str, data: bytes) -> bool:
-        os.makedirs(self.dir, exist_ok=True)
-        tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, os.path.join(self.dir, name))
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
-
-
-class _LockedCreator:
-    """memory://: check-then-create under a process-wide lock (one process sees the store)."""
-
-    def __init__(self, fs, directory: str):
-        self.fs, self.dir = fs, directory
-
-    def create(self, name: str, data: bytes) -> bool:
-        path = f"{self.dir}/{name}"
-        with _MEMORY_LOCK:
-            if self.fs.exists(path):
-                return False
-            self.fs.pipe_file(path, data)
-            return True
-
-
-class TensorstoreCreator:
-    """Object stores: tensorstore kvstore write conditioned on "no value" generation."""
-
-    def __init__(self, kvstore_spec: Dict[str, Any]):
-        import tensorstore as ts
-        self.kv = ts.KvStore.open(kvstore_spec).result()
-        self.no_value = self.kv.read(".generation-probe-never-written").result().stamp.generation
-
-    def create(self, name: str, data: bytes) -> bool:
-        stamp = self.kv.write(name, data, if_equal=self.no_value).result()
-        return stamp.generation != b""  # an unmet condition returns the unknown generation
-
-
-def _creator_for(url: str, fs, log_path: str):
-    scheme = urls.scheme_of(url)
-    if scheme == "file":
-        return _LinkCreator(log_path)
-    if scheme == "memory":
-        return _LockedCreator(fs, log_path)
-    # s3 takes an S3-compatible server from AWS_ENDPOINT_URL(_S3), as s3fs does for data.
-    return TensorstoreCreator(urls.kvstore_spec(f"{scheme}://{log_path}"))
 
 
 @dataclasses.dataclass
@@ -184,8 +104,9 @@ class LogState:
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "LogState":
-        if d.get("format") != CHECKPOINT_FORMAT:
+        if not isinstance(d, dict) or d.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"not a {CHECKPOINT_FORMAT} log checkpoint")
+        check_checkpoint(d)  # ids and types, as for entries (ValueError: fold entries instead)
         infos = {i["id"]: ShardInfo.from_json(i) for i in d["infos"]}
         return cls(int(d["version"]), {sid: infos[sid] for sid in d["live"]},
                    {k: int(v) for k, v in d["committed_version"].items()},
@@ -258,6 +179,15 @@ class CommitLog:
     last ``KEEP_CHECKPOINTS`` are kept, since each holds every shard ever
     committed.
 
+    Damage is an error, never a shorter history (``LogDamagedError``, "commit
+    log is damaged at version N"): every entry read is validated
+    (``log_entries.py``: a ``{}`` or an id like ``../x`` is damage); the first
+    read lists the log folder once and requires versions ``1..latest`` without
+    a gap; later reads that find no entry ``v+1`` also probe ``v+2`` (one more
+    small read), since a healthy log never has an entry after a missing one
+    (entry ``v+2`` can only be created by a committer that read ``v+1``).
+    ``python -m pipelines.process repair`` truncates a damaged log.
+
     Example::
 
         log = CommitLog("memory://run/replay")
@@ -266,6 +196,7 @@ class CommitLog:
     """
 
     def __init__(self, url: str, use_checkpoints: bool = True):
+        self.store_url = url
         self.url = urls.join(url, LOG_DIR)
         self.fs, self.path = urls.resolve(self.url)
         self._creator = _creator_for(url, self.fs, self.path)
@@ -273,6 +204,7 @@ class CommitLog:
         self._entries: List[Dict[str, Any]] = []       # entries _base+1 .. _state.version
         self._state = LogState()
         self._opened = not use_checkpoints             # False: fold every entry from version 1
+        self._listed = False                           # the one full listing (gap check) done
         self._lock = threading.Lock()
 
     def _read(self, version: int) -> Optional[Dict[str, Any]]:
@@ -281,18 +213,61 @@ class CommitLog:
         except FileNotFoundError:
             return None
         try:
-            return json.loads(raw)
+            entry = json.loads(raw)
         except ValueError:
-            raise ReplayError(f"commit log entry {version} of {self.url} is not valid JSON") from None
+            raise LogDamagedError(self.store_url, version, "the entry is not valid JSON") from None
+        return check_entry(entry, version, self.store_url)
+
+    def listing(self) -> "tuple[List[int], List[int]]":
+        """``(entry versions, log checkpoint versions)`` present in the log folder, ascending."""
+        try:
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.path, detail=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return [], []
+        entries = sorted(v for v in map(parse_entry_name, names) if v is not None)
+        checkpoints = sorted(int(n[:20]) for n in names if n.endswith(".checkpoint.json") and n[:20].isdigit())
+        return entries, checkpoints
+
+    def _check_contiguous(self) -> None:
+        """LogDamagedError at the first missing version below the newest entry or log checkpoint.
+
+        A checkpoint is written after its entry and removed only when older ones
+        are pruned, so one newer than every entry means entries were lost.
+        """
+        versions, checkpoints = self.listing()
+        latest = versions[-1] if versions else 0
+        if versions and latest != len(versions):  # healthy: exactly 1..latest
+            present = set(versions)
+            missing = next(v for v in range(1, latest + 1) if v not in present)
+            raise LogDamagedError(self.store_url, missing, f"entry {missing} is missing while later"
+                                  f" entries exist (up to {latest})")
+        if checkpoints and checkpoints[-1] > latest:
+            raise LogDamagedError(self.store_url, latest + 1, f"entries {latest + 1}..{checkpoints[-1]} are"
+                                  f" missing while log checkpoint {checkpoints[-1]} exists")
+
+    def _gap_after(self, version: int) -> bool:
+        """Entry ``version + 1`` was missing: True if it exists after all (a commit raced the read);
+        LogDamagedError if a later entry exists without it; False if the log ends at ``version``."""
+        if not self.fs.exists(f"{self.path}/{entry_name(version + 2)}"):
+            return False
+        if self.fs.exists(f"{self.path}/{entry_name(version + 1)}"):
+            return True
+        raise LogDamagedError(self.store_url, version + 1, f"entry {version + 1} is missing while"
+                              f" entry {version + 2} exists")
 
     def _read_checkpoint(self, version: Optional[int] = None) -> Optional[LogState]:
         """The checkpoint at ``version`` (default: the one ``_last_checkpoint`` names), or None."""
         try:
             if version is None:
                 version = int(json.loads(self.fs.cat_file(f"{self.path}/{LAST_CHECKPOINT}"))["version"])
-            return LogState.from_json(json.loads(self.fs.cat_file(f"{self.path}/{checkpoint_name(version)}")))
+            raw = self.fs.cat_file(f"{self.path}/{checkpoint_name(version)}")
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None                                # a cache: read entries instead
+        try:
+            return LogState.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as e:
+            warnings.warn(f"ignoring log checkpoint {version} of {self.url} ({e}); reading entries instead")
+            return None
 
     def _write_checkpoint(self, state: LogState) -> None:
         """Best effort: a failure only means later readers read more entries."""
@@ -318,17 +293,24 @@ class CommitLog:
         written as a checkpoint.
         """
         with self._lock:
+            if not self._listed:
+                self._check_contiguous()
+                self._listed = True
             if not self._opened:
                 self._opened = True
                 start = self._read_checkpoint()
                 if start is not None and self._read(start.version) is not None:  # same log, not a recreated one
                     self._state, self._base, self._base_state = start, start.version, start.copy()
-            while (entry := self._read(self._state.version + 1)) is not None:
+            while True:
+                entry = self._read(self._state.version + 1)
+                if entry is None:
+                    if self._gap_after(self._state.version):
+                        continue
+                    return self._state
                 self._state.apply(entry)
                 self._entries.append(entry)
                 if checkpoint_at and self._state.version == checkpoint_at and checkpoint_at % CHECKPOINT_EVERY == 0:
                     self._write_checkpoint(self._state.copy())
-            return self._state
 
     def state(self, version: Optional[int] = None) -> LogState:
         """The state at ``version`` (default: latest). Returns a private copy."""
@@ -344,10 +326,16 @@ class CommitLog:
             c = version // CHECKPOINT_EVERY * CHECKPOINT_EVERY
             state = self._read_checkpoint(c) if c else None
             state = state or LogState()
-            entries = [self._read(v) for v in range(state.version + 1, version + 1)]
+            entries = [self._read_existing(v) for v in range(state.version + 1, version + 1)]
         for entry in entries:
             state.apply(entry)
         return state
+
+    def _read_existing(self, version: int) -> Dict[str, Any]:
+        entry = self._read(version)
+        if entry is None:  # below the latest version: every entry must exist
+            raise LogDamagedError(self.store_url, version, f"entry {version} is missing")
+        return entry
 
     def entry(self, version: int) -> Dict[str, Any]:
         self.refresh()
@@ -373,6 +361,10 @@ class CommitLog:
                 return state.version
             entry = {"version": state.version + 1, "time": time.time(),
                      "writer": f"{socket.gethostname()}:{os.getpid()}", **entry}
+            try:  # never write an entry that readers would reject as damage
+                check_entry(entry, entry["version"], self.store_url)
+            except LogDamagedError as e:
+                raise ReplayError(f"refusing to commit a malformed entry to {self.url}: {e.what}") from None
             if self._creator.create(entry_name(entry["version"]), json.dumps(entry).encode()):
                 self.refresh(checkpoint_at=entry["version"])
                 return entry["version"]

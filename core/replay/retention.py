@@ -16,6 +16,13 @@ an old snapshot has that long to finish.
 
 Quarantined shards keep their data for inspection.
 
+``gc`` deletes only what the store owns: directories under ``shards/`` whose
+names are shard ids (``schema.SHARD_ID_RE``). Ids come from the commit log,
+which validates every id it reads, so an id like ``../../victim`` is a
+damaged-log error before anything is deleted. Anything else under
+``shards/`` (a user's ``backup/`` folder, a stray file, a file named like a
+shard) is left alone, with a warning, and listed in ``GCReport.skipped``.
+
 Example::
 
     store.apply_retention(max_transitions=1_000_000)
@@ -26,10 +33,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
+import warnings
 from typing import Any, Dict, List
 
 from core.replay.commit_log import LogState
-from core.replay.schema import ReplayError
+from core.replay.schema import ReplayError, SHARDS_DIR, is_shard_id, validate_shard_id
 
 
 def apply_retention(store, max_transitions: int) -> int:
@@ -54,6 +62,7 @@ def apply_retention(store, max_transitions: int) -> int:
 class GCReport:
     removed: List[str] = dataclasses.field(default_factory=list)      # data of retention-removed shards
     uncommitted: List[str] = dataclasses.field(default_factory=list)  # stale uncommitted shards
+    skipped: List[str] = dataclasses.field(default_factory=list)      # names under shards/ left alone
 
 
 def _mtime(info: Dict[str, Any]) -> float:
@@ -70,24 +79,40 @@ def _mtime(info: Dict[str, Any]) -> float:
     return time.time()  # unknown: treat as fresh, never delete by mistake
 
 
+def _entries(fs, path: str) -> List[Dict[str, Any]]:
+    try:
+        return fs.ls(path, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _delete(store, shard_id: str) -> None:
+    """Delete one shard's data; the id is re-validated so no path outside ``shards/`` is touched."""
+    store.writer.remove(validate_shard_id(shard_id))
+
+
 def gc(store, grace_seconds: float = 3600.0) -> GCReport:
     """Delete unreferenced shard data older than ``grace_seconds``; returns what was deleted."""
     state, now, report = store.state(), time.time(), GCReport()
-    for shard_id, removed_at in state.removed.items():
-        if now - removed_at >= grace_seconds and store.writer.fs.exists(f"{store.writer.path}/{shard_id}"):
-            store.writer.remove(shard_id)
-            report.removed.append(shard_id)
     fs, path = store.writer.fs, store.writer.path
-    try:
-        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)]
-    except FileNotFoundError:
-        names = []
-    for shard_id in sorted(names):
-        if shard_id in state.infos:
+    for shard_id, removed_at in state.removed.items():
+        if now - removed_at >= grace_seconds and fs.isdir(f"{path}/{shard_id}"):
+            _delete(store, shard_id)
+            report.removed.append(shard_id)
+    for entry in sorted(_entries(fs, path), key=lambda e: e["name"]):
+        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        if name in state.infos:
             continue
-        files = fs.find(f"{path}/{shard_id}", detail=True)
+        if entry.get("type") != "directory" or not is_shard_id(name):
+            kind = "file" if entry.get("type") != "directory" else "directory"
+            warnings.warn(f"gc: leaving {kind} {SHARDS_DIR}/{name} of {store.url} alone: not a shard this"
+                          " store writes (shard ids look like 's00000001' or 'r000003-g0001')",
+                          RuntimeWarning, stacklevel=3)
+            report.skipped.append(name)
+            continue
+        files = fs.find(f"{path}/{name}", detail=True)
         newest = max((_mtime(i) for i in files.values()), default=0.0)
-        if now - newest >= grace_seconds and shard_id not in store.state().infos:
-            store.writer.remove(shard_id)
-            report.uncommitted.append(shard_id)
+        if now - newest >= grace_seconds and name not in store.state().infos:
+            _delete(store, name)
+            report.uncommitted.append(name)
     return report

@@ -1,10 +1,18 @@
-"""Shard reader: decode one committed shard's arrays, naming any corrupt chunk.
+"""Shard reader: decode one committed shard's arrays, naming any corrupt or missing chunk.
 
 Reads go through zarr-python (any zarr v3 reader would do: shards are plain
 zarr). Every chunk carries a crc32c checksum; zarr-python raises a bare
 ``ValueError`` on a mismatch for the whole read, so on any decode failure the
 reader re-reads the array chunk by chunk to find the bad chunk and raises
 ``ChecksumError`` naming shard, array and chunk key (e.g. ``c/3/0``).
+
+zarr would read a chunk that is not stored as zeros (the fill value). Shards
+whose attributes say ``every_chunk_stored`` (all shards written since that
+attribute exists) have every chunk stored, so before decoding an array the
+reader checks that every chunk of its grid is there (``chunks.py``: one
+listing per shard) and raises ``MissingChunkError``, a ``ChecksumError``, if
+one is not. Older shards did not store chunks equal to the fill value, so
+for them a missing chunk cannot be told from a zero one.
 
 Example::
 
@@ -20,7 +28,9 @@ from typing import Any, Dict, Iterable, List, Optional
 import numpy as np
 
 from core import urls
-from core.replay.schema import ATTRS_KEY, EPISODES_GROUP, ChecksumError, ReplayError, ShardInfo
+from core.replay.chunks import array_documents, first_missing, grid_keys, missing_chunk, stored_keys
+from core.replay.schema import (ATTRS_KEY, EPISODES_GROUP, EVERY_CHUNK_ATTR, ChecksumError, MissingChunkError,
+                                ReplayError, ShardInfo)
 
 
 def zarr_store(url: str, read_only: bool = True):
@@ -62,7 +72,6 @@ class ShardReader:
     """
 
     def __init__(self, shards_url: str, shard_id: str, expected_token: Optional[str] = None):
-        import zarr
         self.shard_id = shard_id
         self.attrs = read_shard_attrs(shards_url, shard_id)
         if self.attrs is None:
@@ -71,24 +80,73 @@ class ShardReader:
         if expected_token and self.attrs.get("token") != expected_token:
             raise ReplayError(f"shard {shard_id!r} was rewritten after it was committed (token"
                               f" {self.attrs.get('token')!r} != committed {expected_token!r})")
-        self.group = zarr.open_group(zarr_store(urls.join(shards_url, shard_id)), mode="r")
+        self._root = urls.join(shards_url, shard_id)
+        self._group = None   # opened at the first read (verify() needs no zarr group)
+        self._stored = None  # chunk keys under the shard, listed once at the first read
+
+    @property
+    def group(self):
+        """The shard's zarr group (read-only)."""
+        if self._group is None:
+            import zarr
+            self._group = zarr.open_group(zarr_store(self._root), mode="r")
+        return self._group
 
     @property
     def field_names(self) -> List[str]:
         return list(self.attrs["fields"])
 
-    def read(self, name: str, rows: slice = slice(None)) -> np.ndarray:
-        """Decode ``name`` (a field, or ``episodes/<column>``) for ``rows``."""
+    def _array(self, name: str):
         try:
-            arr = self.group[name]
+            return self.group[name]
         except KeyError:
             raise ReplayError(f"shard {self.shard_id!r} has no array {name!r};"
                               f" valid: {', '.join(self.field_names)}") from None
+
+    def verify(self) -> "ShardReader":
+        """Check, without decoding, that every field exists and every chunk is stored; returns self.
+
+        MissingChunkError names the first missing chunk. Costs one listing of the
+        shard and one batched read of its arrays' metadata documents (no zarr
+        array is opened).
+        """
+        fs, root = urls.resolve(self._root)
+        stored = self._listing()
+        arrays = array_documents(fs, root, stored)
+        lost = [n for n in self.field_names if n not in arrays]
+        if lost or not any(a.startswith(f"{EPISODES_GROUP}/") for a in arrays):
+            raise ReplayError(f"shard {self.shard_id!r} lacks arrays {lost or [EPISODES_GROUP]} that it should"
+                              " hold; the shard is damaged (quarantine it with store.quarantine)")
+        if self.attrs.get(EVERY_CHUNK_ATTR):
+            for name, meta in sorted(arrays.items()):
+                chunk = first_missing(grid_keys(meta), stored, name)
+                if chunk is not None:
+                    raise MissingChunkError(self.shard_id, name, chunk)
+        return self
+
+    def read(self, name: str, rows: slice = slice(None)) -> np.ndarray:
+        """Decode ``name`` (a field, or ``episodes/<column>``) for ``rows``."""
+        arr = self._array(name)
+        self._check_chunks(arr, name)
         try:
             return arr[rows]
         except Exception as e:  # decode failure: find the chunk that fails
             self._raise_bad_chunk(arr, name, e)
             raise
+
+    def _check_chunks(self, arr, name: str) -> None:
+        """MissingChunkError if a chunk of ``arr`` is not stored (zarr would return zeros for it)."""
+        if not self.attrs.get(EVERY_CHUNK_ATTR):
+            return  # written before every chunk was stored: a missing chunk may be a zero one
+        chunk = missing_chunk(arr, self._listing(), name)
+        if chunk is not None:
+            raise MissingChunkError(self.shard_id, name, chunk)
+
+    def _listing(self):
+        if self._stored is None:  # once per reader: every array's chunks are checked against it
+            fs, path = urls.resolve(self._root)
+            self._stored = stored_keys(fs, path)
+        return self._stored
 
     def _raise_bad_chunk(self, arr, name: str, error: Exception) -> None:
         rows_per_chunk = arr.chunks[0]

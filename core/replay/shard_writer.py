@@ -39,7 +39,7 @@ from core import urls
 from core.trajectory import CORE_FIELDS, TrajectoryBatch
 from core.replay.buffers import BufferPool
 from core.replay.schema import (ATTRS_KEY, END_CONTINUES, END_TERMINATED, END_TRUNCATED,
-                                EPISODES_GROUP, SCHEMA_VERSION, ReplayError, ShardInfo)
+                                EPISODES_GROUP, EVERY_CHUNK_ATTR, SCHEMA_VERSION, ReplayError, ShardInfo)
 
 GROUP_JSON = {"zarr_format": 3, "node_type": "group"}
 
@@ -251,6 +251,7 @@ class _TensorstoreEngine:
         return {name: self.ts.open({
             "driver": "zarr3", "kvstore": urls.kvstore_spec(urls.join(root, name)),
             "metadata": _zarr_metadata(name, shape, dtype, chunks, level),
+            "store_data_equal_to_fill_value": True,  # every chunk stored: see EVERY_CHUNK_ATTR
             "create": True, "delete_existing": True}, context=context)
             for name, (shape, dtype, chunks) in specs.items()}
 
@@ -294,7 +295,7 @@ class _ZarrEngine:
             StorePath(store, name), shape=shape, dtype=dtype, chunks=(chunks, *shape[1:]),
             compressors=[zarr.codecs.ZstdCodec(level=level), zarr.codecs.Crc32cCodec()],
             fill_value=False if dtype == np.bool_ else 0, dimension_names=dimension_names(name, len(shape)),
-            overwrite=True))
+            overwrite=True, config={"write_empty_chunks": True}))  # every chunk stored: see EVERY_CHUNK_ATTR
             for name, (shape, dtype, chunks) in specs.items()}
 
     def write(self, handle, lo: int, data: np.ndarray, referenced: bool = False):
@@ -442,4 +443,5 @@ class ShardWriter:
             "actor_ids": sorted({int(b.actor_id) for b in batches}),
             "task_ids": [b.task_id for b in batches], "seeds": [int(b.seed) for b in batches],
             "batch_rows": [int(b.size) for b in batches], "attrs": user,
+            EVERY_CHUNK_ATTR: True,
         }

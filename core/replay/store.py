@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from core import urls
 from core.trajectory import TrajectoryBatch
 from core.replay.aggregator import ShardAggregator
-from core.replay.commit_log import CommitLog, LogState, _creator_for
+from core.replay.commit_log import CommitLog, LogState
+from core.replay.exclusive import _creator_for
 from core.replay.schema import (SCHEMA_VERSION, SHARDS_DIR, STORE_FORMAT, STORE_MARKER,
                                 ReplayError, ShardInfo, validate_shard_id)
 from core.replay.shard_reader import read_shard_info
@@ -62,7 +63,18 @@ class ReplayStore:
     # -- opening ---------------------------------------------------------------------------
     @classmethod
     def open(cls, url: str, **writer_options: Any) -> "ReplayStore":
-        """Open an existing store; one-line ReplayError if ``url`` is not one. Never deletes."""
+        """Open an existing store and read its commit log; never deletes.
+
+        One-line ReplayError if ``url`` is not a store, or LogDamagedError if its
+        commit log is damaged (``python -m pipelines.process repair`` fixes that).
+        """
+        store = cls.open_unchecked(url, **writer_options)
+        store.log.refresh()
+        return store
+
+    @classmethod
+    def open_unchecked(cls, url: str, **writer_options: Any) -> "ReplayStore":
+        """Open a store without reading its commit log (for ``repair``, which must open damaged ones)."""
         url = urls.normalize(url)
         marker = _read_marker(url)
         if marker is None:

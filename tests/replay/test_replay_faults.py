@@ -25,7 +25,7 @@ KILLED_WRITER = """
 from replay_fakes import random_batch
 from core.replay import ReplayStore, shard_writer
 store = ReplayStore.open_or_create({url!r})
-store.commit([store.write_shard("done", [random_batch(0)]).id])
+store.commit([store.write_shard("d0", [random_batch(0)]).id])
 
 def stall(*args, **kwargs):
     print("STALLED", flush=True)
@@ -42,7 +42,7 @@ if {where!r} == "mid-arrays":   # start writing 4 blocks of arrays, then hang
     engine.write = partial
 else:                          # every array written, completion marker not yet
     shard_writer.ShardWriter._attrs = stall
-store.write_shard("killed", [random_batch(1, T=256)])
+store.write_shard("k0", [random_batch(1, T=256)])
 """
 
 
@@ -55,15 +55,15 @@ def test_writer_sigkilled_mid_shard_leaves_nothing_visible(tmp_path, where):
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
     store = ReplayStore.open(url)
-    assert (tmp_path / "replay" / "shards" / "killed").is_dir()  # partial data exists on disk ...
-    assert store.latest_version() == 1 and [s.id for s in store.snapshot().shards] == ["done"]  # ... unseen
-    with pytest.raises(ReplayError, match="'killed' is missing or incompletely written"):
-        store.commit(["killed"])
+    assert (tmp_path / "replay" / "shards" / "k0").is_dir()  # partial data exists on disk ...
+    assert store.latest_version() == 1 and [s.id for s in store.snapshot().shards] == ["d0"]  # ... unseen
+    with pytest.raises(ReplayError, match="'k0' is missing or incompletely written"):
+        store.commit(["k0"])
     cache = ReplayCache(store)
     assert cache.refresh() == 256
-    assert store.gc(grace_seconds=0).uncommitted == ["killed"]
-    store.commit([store.write_shard("killed", [random_batch(1, T=16)]).id])  # the retried task
-    assert [s.id for s in store.snapshot().shards] == ["done", "killed"]
+    assert store.gc(grace_seconds=0).uncommitted == ["k0"]
+    store.commit([store.write_shard("k0", [random_batch(1, T=16)]).id])  # the retried task
+    assert [s.id for s in store.snapshot().shards] == ["d0", "k0"]
 
 
 CONCURRENT_COMMITTER = """

@@ -65,9 +65,9 @@ def test_frames_straddling_chunks_round_trip(tmp_path, engine):
     """84x84 uint8 frames stream through chunk buffers; 7 frames per chunk, batches straddle chunks."""
     store = ReplayStore.open_or_create(str(tmp_path / "r"), engine=engine, chunk_bytes=50_000)
     batches = [random_batch(i, T=10, E=3, obs_shape=(84, 84), dtype=np.uint8) for i in range(3)]
-    store.commit([store.write_shard("frames", batches).id])
+    store.commit([store.write_shard("f0", batches).id])
     expected = np.concatenate([b.flat_rows()["observation"] for b in batches])
-    path = str(tmp_path / "r" / "shards" / "frames")
+    path = str(tmp_path / "r" / "shards" / "f0")
     assert zarr.open_group(path, mode="r")["observation"].chunks == (7, 84, 84)
     np.testing.assert_array_equal(zarr.open_group(path, mode="r")["observation"][...], expected)
     np.testing.assert_array_equal(_tensorstore_read(path, "observation"), expected)

@@ -209,7 +209,7 @@ def _commit_worker(url, template_keys, worker, barrier, results):
         ids = [f"w{worker}-s{i:02d}" for i in range(COMMITS_PER_WORKER)]
         for sid in ids:  # server-side copies of a written shard: complete shards, ~33 requests each
             for key in template_keys:
-                client.copy_object(Bucket=bucket, Key=key.replace("/template/", f"/{sid}/"),
+                client.copy_object(Bucket=bucket, Key=key.replace("/t0/", f"/{sid}/"),
                                    CopySource={"Bucket": bucket, "Key": key})
         store = ReplayStore.open(url)
         barrier.wait(timeout=120)
@@ -227,8 +227,8 @@ def test_concurrent_processes_commit_each_shard_exactly_once_on_s3(s3_bucket, s3
     commits (shard info read, log append with conditional create) are the real path.
     """
     url = f"s3://{s3_bucket}/replay"
-    template = ReplayStore.open_or_create(url).write_shard("template", [random_batch(7, T=4, E=2)])
-    template_keys = _keys(s3_bucket, "replay/shards/template/")
+    template = ReplayStore.open_or_create(url).write_shard("t0", [random_batch(7, T=4, E=2)])
+    template_keys = _keys(s3_bucket, "replay/shards/t0/")
     ctx = multiprocessing.get_context("spawn")  # tensorstore's threads do not survive fork
     barrier, results = ctx.Barrier(WORKERS), ctx.Queue()
     procs = [ctx.Process(target=_commit_worker, args=(url, template_keys, w, barrier, results))

@@ -43,14 +43,14 @@ def _sampled_rows(sampler, draws=3000):
 def test_nstep_values_with_termination_truncation_and_two_shards(tmp_path, order):
     store = ReplayStore.open_or_create(str(tmp_path / "r"), env_id="CartPole-v1")
     a, b = _shards()
-    store.write_shard("a", [a]), store.write_shard("b", [b])
+    store.write_shard("a0", [a]), store.write_shard("b0", [b])
     cache = ReplayCache(store, max_transitions=100)
     sampler = NStepSampler(cache, n=3, gamma=GAMMA)
-    store.commit([order[0]])
+    store.commit([order[0] + "0"])
     cache.refresh()
-    alone = {"a": {(1, 0), (1, 1), (1, 2)}, "b": {(2, 2)}}[order[0]]  # ep2 waits for its other half
+    alone = {"a0": {(1, 0), (1, 1), (1, 2)}, "b0": {(2, 2)}}[order[0] + "0"]  # ep2 waits for its other half
     assert set(_sampled_rows(sampler)[0]) == alone
-    store.commit([order[1]])
+    store.commit([order[1] + "0"])
     assert cache.refresh() == 11 - len(_shards()[0 if order[0] == "a" else 1].reward)
     rows, batch = _sampled_rows(sampler)
     assert rows == EXPECTED  # ep3 (no successor of step 2 yet) and last rows are never sampled
@@ -63,7 +63,7 @@ def test_nstep_values_with_termination_truncation_and_two_shards(tmp_path, order
 def test_nstep_one_step_and_bootstrap_observation(tmp_path):
     store = ReplayStore.open_or_create(str(tmp_path / "r"))
     a, b = _shards()
-    store.commit([store.write_shard("a", [a]).id, store.write_shard("b", [b]).id])
+    store.commit([store.write_shard("a0", [a]).id, store.write_shard("b0", [b]).id])
     cache = ReplayCache(store)
     cache.refresh()
     rows, _ = _sampled_rows(NStepSampler(cache, n=1, gamma=GAMMA))
@@ -84,7 +84,7 @@ def test_sumtree_find_and_update():
 
 def _single_episode_store(tmp_path, n_rows=5, end="truncated"):
     store = ReplayStore.open_or_create(str(tmp_path / "r"))
-    store.commit([store.write_shard("s", [batch_from_rows(
+    store.commit([store.write_shard("s0", [batch_from_rows(
         episode_rows(1, list(range(n_rows)), list(range(1, n_rows + 1)), end))]).id])
     cache = ReplayCache(store)
     cache.refresh()
@@ -144,12 +144,12 @@ def test_sequence_sampler_masks_and_padding(tmp_path):
 def test_sequence_spans_shards_and_waits_for_continuation(tmp_path):
     store = ReplayStore.open_or_create(str(tmp_path / "r"))
     a, b = _shards()
-    store.commit([store.write_shard("a", [a]).id])
+    store.commit([store.write_shard("a0", [a]).id])
     cache = ReplayCache(store)
     cache.refresh()
     sampler = SequenceSampler(cache, length=3, burn_in=0)
     assert sampler.num_sampleable == 3  # ep1 steps 0,1,2; ep2 must wait for shard b
-    store.commit([store.write_shard("b", [b]).id])
+    store.commit([store.write_shard("b0", [b]).id])
     cache.refresh()
     batch = sampler.sample(500, np.random.default_rng(0))
     seqs = {tuple(batch["observation"][i, :, 0].astype(int)) for i in range(500)}

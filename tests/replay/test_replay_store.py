@@ -119,7 +119,7 @@ def test_retention_is_a_log_entry_and_gc_deletes_data(store_url):
     store = ReplayStore.open_or_create(store_url)
     for i in range(4):
         store.commit([store.write_shard(f"s{i}", [random_batch(i, T=32, E=2)]).id])  # 64 rows each
-    store.write_shard("orphan", [random_batch(9, T=8, E=1)])  # never committed
+    store.write_shard("o0", [random_batch(9, T=8, E=1)])  # never committed
     assert store.apply_retention(max_transitions=150) == 5
     assert store.log.entry(5)["op"] == "remove" and store.log.entry(5)["shards"] == ["s0", "s1"]
     assert [s.id for s in store.snapshot().shards] == ["s2", "s3"]
@@ -128,7 +128,7 @@ def test_retention_is_a_log_entry_and_gc_deletes_data(store_url):
     report = store.gc(grace_seconds=3600)
     assert report.removed == [] and report.uncommitted == []  # within the grace period
     report = store.gc(grace_seconds=0)
-    assert sorted(report.removed) == ["s0", "s1"] and report.uncommitted == ["orphan"]
+    assert sorted(report.removed) == ["s0", "s1"] and report.uncommitted == ["o0"]
     fs, path = fsspec.core.url_to_fs(store.shards_url)
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)) == ["s2", "s3"]
     with pytest.raises(ReplayError, match="committed shard 's0' has no data .*deleted by gc"):
@@ -173,7 +173,7 @@ def test_quarantine_hides_shard(store_url):
     assert set(cache.data["policy_version"][cache.alive]) == {1}
     assert set(NStepSampler(cache).sample(500, np.random.default_rng(0))["policy_version"]) == {1}
     with pytest.raises(ReplayError, match="never committed"):
-        store.quarantine("nope", "x")
+        store.quarantine("s9", "x")
 
 
 def _flip_byte(path):

@@ -54,22 +54,22 @@ def test_env_major_and_time_major_batches_give_identical_shards(tmp_path, engine
 
 def test_batches_of_different_dtypes_give_one_line_error_and_leave_nothing(store_url):
     store = ReplayStore.open_or_create(store_url, env_id="CartPole-v1")
-    store.commit([store.write_shard("kept", [random_batch(0)]).id])
+    store.commit([store.write_shard("k0", [random_batch(0)]).id])
     odd = random_batch(2)
     odd.observation = odd.observation.astype(np.float64)
     with pytest.raises(ReplayError, match=r"field 'observation' of batch 1 is float64\[4\], batch 0's is "
                                           r"float32\[4\]") as err:
-        store.write_shard("bad", [random_batch(1), odd])
+        store.write_shard("b0", [random_batch(1), odd])
     assert "\n" not in str(err.value)
     fs, path = store.writer.fs, store.writer.path
-    assert not fs.exists(f"{path}/bad")                                  # no half-written attempt left
-    assert [s.id for s in store.snapshot().shards] == ["kept"]
+    assert not fs.exists(f"{path}/b0")                                  # no half-written attempt left
+    assert [s.id for s in store.snapshot().shards] == ["k0"]
     no_extras = dataclasses.replace(random_batch(3), extras={})
     with pytest.raises(ReplayError, match="batch 1 has extras"):
-        store.write_shard("bad", [random_batch(1), no_extras])
+        store.write_shard("b0", [random_batch(1), no_extras])
     with pytest.raises(ReplayError, match=r"come from env \['CartPole-v1', 'Pong'\], the store holds"):
-        store.write_shard("bad", [random_batch(1), random_batch(5, env_id="Pong")])
-    assert not fs.exists(f"{path}/bad") and [s.id for s in store.snapshot().shards] == ["kept"]
+        store.write_shard("b0", [random_batch(1), random_batch(5, env_id="Pong")])
+    assert not fs.exists(f"{path}/b0") and [s.id for s in store.snapshot().shards] == ["k0"]
 
 
 def test_writer_reuses_its_buffer_and_successive_shards_keep_their_own_values(tmp_path):
