@@ -218,8 +218,8 @@ def test_xarray_opens_a_fresh_shard(engine, tmp_path):
     import xarray as xr
     import zarr
     store = ReplayStore.open_or_create(str(tmp_path / "s"), env_id="CartPole-v1", engine=engine)
-    store.write_shard("x", [random_batch(3, T=40, E=2, obs_shape=(3, 2)), random_batch(4, T=40, E=2, obs_shape=(3, 2))])
-    path = str(tmp_path / "s" / "shards" / "x")
+    store.write_shard("x0", [random_batch(3, T=40, E=2, obs_shape=(3, 2)), random_batch(4, T=40, E=2, obs_shape=(3, 2))])
+    path = str(tmp_path / "s" / "shards" / "x0")
     for group, first_dim in ((None, "row"), ("extras", "row"), ("episodes", "segment")):
         ds = xr.open_zarr(path, group=group, consolidated=False)
         want = _zarr_arrays(zarr.open_group(path if group is None else f"{path}/{group}", mode="r"))
@@ -234,7 +234,7 @@ def test_xarray_opens_a_fresh_shard(engine, tmp_path):
 
 def test_shards_without_dimension_names_still_read(tmp_path):
     store = ReplayStore.open_or_create(str(tmp_path / "s"), env_id="CartPole-v1")
-    store.commit([store.write_shard("x", [random_batch(5, T=30, E=2)]).id])
+    store.commit([store.write_shard("x0", [random_batch(5, T=30, E=2)]).id])
     before = {n: store.snapshot().field(n).compute(scheduler="sync") for n in store.snapshot().field_names()}
     stripped = 0
     for root, _, names in os.walk(tmp_path / "s" / "shards"):
