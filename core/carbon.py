@@ -19,11 +19,13 @@ Backends (``available_backends()`` lists the usable ones, best first):
   thread, power = TDP x (0.1 + 0.9 load^3)) plus a fixed RAM estimate (5 W per
   assumed DIMM); grid intensity from its offline per-country data. Nothing
   goes to the network and its CSV output is off: carbon.json is the record.
-* ``eit`` (experiment-impact-tracker, what ActorQ used): used only where RAPL
-  (``/sys/class/powercap/intel-rapl*``) or ``nvidia-smi`` exists *and* the
-  package imports. Otherwise one warning line names why and the tracker falls
-  back to ``auto``. eit writes pickles, so it logs to a temporary directory
-  that is deleted after its totals are read; only JSON lands in the run dir.
+* ``eit`` (experiment-impact-tracker 0.1.8, what ActorQ used; extra
+  ``databloom[eit]``): used only where RAPL (``RAPL_ROOT/intel-rapl``) or
+  ``nvidia-smi`` exists *and* the package imports behind the compatibility
+  layer in :mod:`core.carbon_eit` (pandas 3, offline region from ``country``).
+  Otherwise one warning line names why and the tracker falls back to
+  ``auto``. eit writes pickles, so it logs to a temporary directory that is
+  deleted after its totals are read; only JSON lands in the run dir.
 * ``process-time`` (no dependency; also the fallback): the CPU-time model
 
       E_kWh = PUE * (sum_p cpu_s_p * W_thread + W_ram * T_wall) / 3.6e6
@@ -83,9 +85,10 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from core import urls
+from core.carbon_eit import EIT_PUE  # experiment-impact-tracker's built-in PUE, used by ActorQ
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +100,7 @@ BACKENDS = ("codecarbon", "eit", "process-time")
 DEFAULT_WATTS_PER_THREAD = 4.0
 #: codecarbon's pre-v3 RAM rule: 3 W per 8 GB.
 RAM_WATTS_PER_GB = 3.0 / 8.0
-#: experiment-impact-tracker's built-in PUE (emissions/constants.py), used by ActorQ.
-EIT_PUE = 1.58
+#: Where RAPL counters live; experiment-impact-tracker is pointed here (core.carbon_eit), tests move it.
 RAPL_ROOT = "/sys/class/powercap"
 
 #: Grid carbon intensity, gCO2e/kWh, for the process-time model. Source: the
@@ -146,10 +148,13 @@ class CarbonReport:
     """Energy and CO2e of one run. ``source`` names how it was measured; quote it with the numbers.
 
     ``cpu_seconds`` lists every process seen or reported (label -> CPU seconds in
-    the run); ``counted_cpu_seconds`` is the part the CPU-time model charged
-    (the rest is inside the backend's own measurement or a duplicate).
+    the run); ``counted_cpu_seconds`` is their sum without duplicates (a report
+    for a process the ledger measured is listed, not counted).
     ``breakdown_kwh`` splits ``energy_kwh`` (after PUE). ``process_time_kwh``
     is the process-time model over the same processes, for cross-checking.
+    ``coverage`` states what was measured and how: the backend's scope (for
+    eit its samples, host-level RAPL kWh and process ids), and per host the
+    processes counted and by which route (ledger, stage records, reports).
     """
 
     energy_kwh: float
@@ -170,6 +175,7 @@ class CarbonReport:
     ram_watts: float = 0.0
     host: str = ""
     started_at: str = ""
+    coverage: Dict[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -226,16 +232,8 @@ def _import_codecarbon():
 
 def _eit_unavailable_reason() -> Optional[str]:
     """None when experiment-impact-tracker can measure here, else why not (one line)."""
-    has_rapl = os.path.isdir(RAPL_ROOT) and any(
-        n.startswith("intel-rapl") for n in os.listdir(RAPL_ROOT))
-    if not has_rapl and shutil.which("nvidia-smi") is None:
-        return f"no RAPL under {RAPL_ROOT} and no nvidia-smi, so it would record no energy"
-    try:
-        from experiment_impact_tracker.compute_tracker import ImpactTracker  # noqa: F401
-        from experiment_impact_tracker.data_interface import DataInterface  # noqa: F401
-    except Exception as e:  # broken installs raise more than ImportError
-        return f"it does not import ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-    return None
+    from core import carbon_eit
+    return carbon_eit.unavailable_reason(RAPL_ROOT)
 
 
 def available_backends() -> List[str]:
@@ -287,41 +285,6 @@ class _CodecarbonMeter:
         parts = {"host_cpu": float(d.cpu_energy), "host_ram": float(d.ram_energy),
                  "host_gpu": float(d.gpu_energy)}
         return energy, intensity, detail, parts
-
-
-class _EitMeter:
-    """experiment-impact-tracker in a temporary log dir (it writes pickles)."""
-    covers = "process-tree"
-
-    def __init__(self):
-        from experiment_impact_tracker.compute_tracker import ImpactTracker
-        import experiment_impact_tracker as eit
-        self.version = getattr(eit, "__version__", "?")
-        self._dir = tempfile.mkdtemp(prefix="databloom-eit-")
-        self._t = ImpactTracker(self._dir)
-
-    def start(self) -> None:
-        self._t.launch_impact_monitor()
-
-    def stop(self) -> Tuple[float, Optional[float], str, Dict[str, float]]:
-        from experiment_impact_tracker.data_interface import DataInterface
-        try:
-            if hasattr(self._t, "stop"):
-                self._t.stop()
-            else:  # 0.1.x: the monitor process polls its queue for "Stop"
-                self._t.queue.put("Stop")
-                self._t.p.join(timeout=10)
-                if self._t.p.is_alive():
-                    self._t.p.terminate()
-                from experiment_impact_tracker.utils import log_final_info
-                log_final_info(self._dir)
-            di = DataInterface([self._dir])
-            energy = float(di.total_power) / EIT_PUE  # eit applies its PUE; we apply ours
-            intensity = 1000.0 * float(di.kg_carbon) / float(di.total_power) if di.total_power else None
-        finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
-        detail = f"experiment-impact-tracker {self.version} (RAPL/nvidia-smi x process-tree share)"
-        return energy, intensity, detail, {"host_measured": energy}
 
 
 # ------------------------------------------------------------------------- ledger
@@ -582,7 +545,8 @@ class EnergyTracker:
             reason = _eit_unavailable_reason()
             if reason is None:
                 try:
-                    return _EitMeter(), "eit"
+                    from core.carbon_eit import EitMeter
+                    return EitMeter(self.country, RAPL_ROOT), "eit"
                 except Exception as e:
                     reason = f"it failed to start ({type(e).__name__}: {e})"
             meter, name = self._codecarbon_or_none(quiet=True, note=False)
@@ -616,7 +580,7 @@ class EnergyTracker:
         for rec, s in self._ledger.counted():
             if rec.pid == os.getpid():
                 own = max(0.0, rec.own_last - rec.own_base)
-                by_label[rec.label], by_label[rec.label + " reaped children"] = own, s - own
+                by_label[rec.label], by_label[rec.label + " reaped children"] = own, max(0.0, s - own)
             else:
                 by_label[rec.label] = s
             all_s += s
@@ -670,4 +634,14 @@ class EnergyTracker:
             process_time_kwh=process_time_energy_kwh(all_s, duration, watts_per_thread=self._w,
                                                      ram_watts=ram_w, pue=self.pue),
             watts_per_thread=self._w, ram_watts=ram_w, host=socket.gethostname(),
-            started_at=_dt.datetime.fromtimestamp(self._start_wall, _dt.timezone.utc).isoformat())
+            started_at=_dt.datetime.fromtimestamp(self._start_wall, _dt.timezone.utc).isoformat(),
+            coverage=self._coverage(covers))
+
+    def _coverage(self, covers: str) -> Dict[str, Any]:
+        """What the backend measured itself (``scope``) and, per host, which processes were counted how."""
+        scope = {"machine": "every process on this host (whole-machine counters)",
+                 "process-tree": "the driver process and all its descendants",
+                 "none": "nothing: CPU-time model only"}[covers]
+        backend = {"name": self.backend, "scope": scope}
+        backend.update(getattr(self._meter, "coverage", None) or {})
+        return {"backend": backend}
