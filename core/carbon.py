@@ -5,6 +5,7 @@ Usage (the training loop)::
     tracker = EnergyTracker(run_dir, backend="auto", country="USA", pue=1.0,
                             worker_pids_fn=lambda: client.run(os.getpid).values())
     with tracker:                       # or tracker.start() ... tracker.stop()
+        client.submit(CountStageCpu(stage_fn, tracker.stage_cpu_sink), ...)   # stages on any host
         train()
         for label, cpu_s in worker_reports:   # Dask/Beam workers report their own CPU time
             tracker.add_process_cpu_seconds(label, cpu_s, host=..., pid=...)
@@ -53,9 +54,23 @@ descendants the process has already reaped, so a Dask ``LocalCluster`` closed
 before ``stop()`` is still counted, through the driver. A process that has
 gone is skipped when a tracked ancestor is still alive (its time is in that
 ancestor's ``children_*``); otherwise its last sample counts (a lower bound:
-at most ``sample_interval_s`` of its CPU time is lost). Reports from
-``add_process_cpu_seconds`` (workers on any host) are added; one whose
-``pid`` the ledger already measured on this host is recorded but not counted.
+at most ``sample_interval_s`` of its CPU time is lost).
+
+The ledger only sees this host. Two more routes reach every other process
+that ran a stage:
+
+* stage records: a stage wrapped in :class:`core.stage_cpu.CountStageCpu`
+  (Dask executor's ``task_wrapper`` hook, Beam round stages) writes its
+  process's CPU (union of its stage spans on the process CPU clock) to
+  ``stage_cpu_sink`` = ``RUN_DIR/carbon/<session>/``; ``stop()`` reads them.
+* reports: ``add_process_cpu_seconds`` (e.g. ``process_cpu_report()`` run
+  inside a worker).
+
+One process counts once, by the first route that saw it (host, pid): the
+ledger, then a stage record, then a report; the others are listed in
+``cpu_seconds`` with a note, not added. ``coverage`` in carbon.json says,
+per host, how many processes and CPU seconds were counted by which route,
+and ``stages_cpu_s`` splits stage CPU by stage function.
 
 The backend measures one part of the run; the CPU-time model adds the rest:
 
@@ -87,7 +102,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from core import urls
+from core import stage_cpu, urls
 from core.carbon_eit import EIT_PUE  # experiment-impact-tracker's built-in PUE, used by ActorQ
 
 log = logging.getLogger(__name__)
@@ -102,6 +117,14 @@ DEFAULT_WATTS_PER_THREAD = 4.0
 RAM_WATTS_PER_GB = 3.0 / 8.0
 #: Where RAPL counters live; experiment-impact-tracker is pointed here (core.carbon_eit), tests move it.
 RAPL_ROOT = "/sys/class/powercap"
+#: How a process's CPU seconds reached the report (carbon.json ``coverage.routes``).
+ROUTES = {
+    "ledger": "psutil samples on the driver's host every sample_interval_s: the driver, its "
+              "descendants (reaped ones through children_* times) and worker_pids_fn's processes",
+    "stage record": "each stage's process CPU (getrusage, own + reaped children), union of stage spans "
+                    "per process, written by core.stage_cpu.CountStageCpu under RUN_DIR/carbon/<session>/",
+    "report": "add_process_cpu_seconds (e.g. process_cpu_report run inside a worker)",
+}
 
 #: Grid carbon intensity, gCO2e/kWh, for the process-time model. Source: the
 #: ``carbon_intensity`` field of codecarbon 3.3.2
@@ -408,13 +431,25 @@ class _Ledger:
 
 # ------------------------------------------------------------------------ tracker
 
+def _sum_by_stage(records: List[stage_cpu.ProcessCpu]) -> Dict[str, float]:
+    """CPU seconds per stage function over all stage records (a breakdown; see core.stage_cpu)."""
+    out: Dict[str, float] = {}
+    for r in records:
+        for name, sec in r.by_stage.items():
+            out[name] = out.get(name, 0.0) + sec
+    return out
+
+
+def process_cpu_seconds() -> float:
+    """This process's CPU seconds: user + system, own and reaped children's (``getrusage``)."""
+    return stage_cpu.process_cpu_seconds()
+
+
 def process_cpu_report(label: Optional[str] = None) -> dict:
     """Run *inside a worker*: its CPU seconds (own + reaped children) as kwargs for
     ``EnergyTracker.add_process_cpu_seconds``. Host and pid let the driver avoid double counting."""
-    t = os.times()
     host, pid = socket.gethostname(), os.getpid()
-    return {"label": label or f"worker {host} pid={pid}",
-            "seconds": t.user + t.system + t.children_user + t.children_system,
+    return {"label": label or f"worker {host} pid={pid}", "seconds": process_cpu_seconds(),
             "host": host, "pid": pid}
 
 
@@ -456,6 +491,8 @@ class EnergyTracker:
         self._lock = threading.Lock()
         self._meter = self._ledger = self._thread = None
         self._notes: List[str] = []
+        self._stage_records: List[stage_cpu.ProcessCpu] = []
+        self.stage_cpu_sink: Optional[str] = None   # set by start(); stages record their CPU there
         self.backend: Optional[str] = None
         self.report: Optional[CarbonReport] = None
 
@@ -478,6 +515,7 @@ class EnergyTracker:
             except Exception as e:
                 self._fall_back(f"{self.backend} failed to start ({type(e).__name__}: {e})")
         self._start_wall, self._t0 = time.time(), time.perf_counter()
+        self.stage_cpu_sink = stage_cpu.sink_url(self.run_dir, stage_cpu.new_session())
         self._ledger = _Ledger(self._fn, self._start_wall)
         self._ledger.sample()
         self._stop_evt = threading.Event()
@@ -516,6 +554,11 @@ class EnergyTracker:
                 measured = self._meter.stop()
             except Exception as e:
                 self._fall_back(f"{self.backend} failed at stop ({type(e).__name__}: {e})")
+        try:
+            self._stage_records, read_notes = stage_cpu.read_records(self.stage_cpu_sink)
+            self._notes += read_notes
+        except Exception as e:  # accounting must never fail a finished run
+            self._notes.append(f"stage records unreadable ({type(e).__name__}: {e})")
         with self._lock:
             self.report = self._build_report(duration, measured)
         self.report.save(self.run_dir)
@@ -571,37 +614,55 @@ class EnergyTracker:
             self._notes.append(why + "; using process-time")
         return None, "process-time"
 
-    def _cpu_accounts(self, covers: str):
-        """(cpu_seconds by label, seconds the CPU-time model charges, all counted seconds, notes)."""
-        by_label: Dict[str, float] = {}
-        model_s = all_s = 0.0
-        notes = []
-        measured_pids = {p.pid for p in self._ledger.procs.values()} | {os.getpid()}
-        for rec, s in self._ledger.counted():
+    def _entries(self) -> List[Tuple[str, float, str, Optional[int], str, bool]]:
+        """(label, CPU s, host, pid, route, in driver tree) of every process seen or reported."""
+        me = socket.gethostname()
+        out = []
+        for rec, sec in self._ledger.counted():
             if rec.pid == os.getpid():
                 own = max(0.0, rec.own_last - rec.own_base)
-                by_label[rec.label], by_label[rec.label + " reaped children"] = own, max(0.0, s - own)
+                out.append((rec.label, own, me, rec.pid, "ledger", True))
+                out.append((rec.label + " reaped children", max(0.0, sec - own), me, None, "ledger", True))
             else:
-                by_label[rec.label] = s
-            all_s += s
-            if covers == "none" or (covers == "process-tree" and not rec.in_tree):
-                model_s += s
+                out.append((rec.label, sec, me, rec.pid, "ledger", rec.in_tree))
+        for p in self._stage_records:
+            out.append((p.label, p.covered_s, p.host, p.pid, "stage record", False))
+        for label, (sec, host, pid) in self._reported.items():
+            out.append((label, sec, host or me, pid, "report", False))
+        return out
+
+    def _cpu_accounts(self, covers: str):
+        """(cpu_seconds by label, seconds the CPU-time model charges, all counted seconds, notes, hosts).
+
+        One process counts once, by the first route that saw it: the ledger
+        (this host), then a stage record, then a report (same host and pid).
+        """
+        by_label: Dict[str, float] = {}
+        model_s = all_s = 0.0
         me = socket.gethostname()
-        for label, (s, host, pid) in self._reported.items():
-            key = label if label not in by_label else f"{label} (reported)"
-            by_label[key] = s
-            local = host in (None, me)
-            if local and pid in measured_pids:
-                notes.append(f"{label!r}: pid {pid} already measured on this host; report not added")
+        notes = []
+        seen = {(me, os.getpid())} | {(me, p.pid) for p in self._ledger.procs.values()}
+        hosts: Dict[str, Dict[str, Any]] = {}
+        for label, sec, host, pid, route, in_tree in self._entries():
+            key = label if label not in by_label else f"{label} ({route})"
+            by_label[key] = sec
+            h = hosts.setdefault(host, {"processes": 0, "cpu_s": 0.0, "routes": {}})
+            if route != "ledger" and pid is not None and (host, pid) in seen:
+                notes.append(f"{label!r}: pid {pid} already measured on {host}; {route} listed, not added")
                 continue
-            all_s += s
-            if not (covers == "machine" and local):
-                model_s += s
-        return by_label, model_s, all_s, notes
+            if pid is not None:
+                seen.add((host, pid))
+            all_s += sec
+            h["processes"] += pid is not None
+            h["cpu_s"] += sec
+            h["routes"][route] = h["routes"].get(route, 0.0) + sec
+            if not (covers == "machine" and host == me) and not (covers == "process-tree" and in_tree):
+                model_s += sec
+        return by_label, model_s, all_s, notes, hosts
 
     def _build_report(self, duration: float, measured) -> CarbonReport:
         covers = self._meter.covers if self._meter is not None else "none"
-        by_label, model_s, all_s, notes = self._cpu_accounts(covers)
+        by_label, model_s, all_s, notes, hosts = self._cpu_accounts(covers)
         ram_w = self._ram_w if self._ram_w is not None else RAM_WATTS_PER_GB * self._ledger.mean_rss_gb()
         model_kwh = process_time_energy_kwh(model_s, 0.0, watts_per_thread=self._w)
         if measured is None:
@@ -635,13 +696,15 @@ class EnergyTracker:
                                                      ram_watts=ram_w, pue=self.pue),
             watts_per_thread=self._w, ram_watts=ram_w, host=socket.gethostname(),
             started_at=_dt.datetime.fromtimestamp(self._start_wall, _dt.timezone.utc).isoformat(),
-            coverage=self._coverage(covers))
+            coverage=self._coverage(covers, hosts))
 
-    def _coverage(self, covers: str) -> Dict[str, Any]:
+    def _coverage(self, covers: str, hosts: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
         """What the backend measured itself (``scope``) and, per host, which processes were counted how."""
         scope = {"machine": "every process on this host (whole-machine counters)",
                  "process-tree": "the driver process and all its descendants",
                  "none": "nothing: CPU-time model only"}[covers]
         backend = {"name": self.backend, "scope": scope}
         backend.update(getattr(self._meter, "coverage", None) or {})
-        return {"backend": backend}
+        return {"backend": backend, "hosts": hosts, "routes": dict(ROUTES),
+                "stage_records": self.stage_cpu_sink,
+                "stages_cpu_s": _sum_by_stage(self._stage_records)}

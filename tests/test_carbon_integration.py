@@ -100,3 +100,28 @@ def test_eit_backend_without_rapl_falls_back_with_one_line(tmp_path, monkeypatch
     assert report["requested_backend"] == "eit" and report["backend"] == summary["carbon_backend"] != "eit"
     assert report["notes"][0].startswith("experiment-impact-tracker unavailable: no RAPL under ")
     assert report["notes"][0].endswith(f"falling back to {report['backend']}")
+
+
+def test_dask_run_records_the_cpu_of_every_stage_process(tmp_path):
+    """Every stage the driver submits to Dask leaves its worker's CPU record; carbon.json says what was covered."""
+    pytest.importorskip("distributed")
+    from core import stage_cpu
+    from core.config import load_config
+    from pipelines.train import train
+    run_dir = str(tmp_path / "run")
+    tiny = [a for a in TINY if not a.startswith("executor=")]
+    train(load_config(None, tiny + ["executor=dask", "dask.n_workers=1", "carbon.backend=process-time"]),
+          run_dir, progress=False)
+    with open(os.path.join(run_dir, "carbon.json")) as f:
+        carbon = json.load(f)
+    cov = carbon["coverage"]
+    records, notes = stage_cpu.read_records(cov["stage_records"])
+    assert notes == [] and records and all(r.pid != os.getpid() for r in records)
+    assert {"run_rollout_task", "write_shard_stage"} <= set(cov["stages_cpu_s"])
+    assert all(v > 0 for v in cov["stages_cpu_s"].values())
+    for r in records:   # LocalCluster workers are this host's: the ledger measured them, listed once
+        assert carbon["cpu_seconds"][r.label] == pytest.approx(r.covered_s)
+        assert any(f"pid {r.pid} already measured" in n for n in carbon["notes"])
+    me = carbon["host"]
+    assert set(cov["hosts"]) == {me} and cov["hosts"][me]["routes"].keys() == {"ledger"}
+    assert cov["hosts"][me]["cpu_s"] == pytest.approx(carbon["counted_cpu_seconds"])
