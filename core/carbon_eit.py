@@ -28,14 +28,16 @@ none copies its code:
    there. On real hardware the root is the default, so nothing changes; in
    tests it points at a fake powercap tree and eit's own sampling, rollover
    and attribution code runs on it.
-4. GPU-less hosts: eit's integrator (``utils.gather_additional_info``)
-   indexes the nvidia columns and ``info["gpu_info"]`` even when it logged
-   no GPU; they are supplied as zeros / ``[]``.
+4. Hosts with only one kind of counter: eit's integrator
+   (``utils.gather_additional_info``) indexes both the RAPL and the nvidia
+   columns, and ``info["gpu_info"]``, even when it logged one kind; the
+   missing ones are supplied as zeros / ``[]``.
 5. nvidia-smi hosts: ``Element.getiterator`` (gone in Python 3.9) and
    ``read_csv(delim_whitespace=True)`` / ``groupby().mean()`` over text
    columns (gone in pandas 3) are provided through an XML element factory
    and a pandas proxy whose ``read_csv`` keeps numeric columns only (what
-   pandas < 2 did silently).
+   pandas < 2 did silently); newer drivers' power tags are mapped to the
+   names eit reads.
 6. Its exit hook is captured so ``stop()`` can unregister it (it would
    otherwise re-open the deleted log dir at interpreter exit), its
    per-sample WARNING chatter is silenced, and its import-time progress
@@ -82,7 +84,9 @@ DEFAULT_RAPL_ROOT = "/sys/class/powercap"
 #: eit 0.1.8's hard-coded RAPL tree.
 _EIT_RAPL_DIR = DEFAULT_RAPL_ROOT + "/intel-rapl"
 _LOGGER_NAME = "experiment_impact_tracker.compute_tracker.ImpactTracker"
-_GPU_COLUMNS = ("nvidia_estimated_attributable_power_draw", "average_gpu_estimated_utilization_absolute")
+#: Columns eit's integrator indexes whether or not that device was sampled (0 = not measured).
+_MEASURED_COLUMNS = ("rapl_estimated_attributable_power_draw", "nvidia_estimated_attributable_power_draw",
+                     "average_gpu_estimated_utilization_absolute")
 #: ISO-3166 alpha-3 -> alpha-2 for core.carbon's embedded countries (eit's zones are alpha-2 based).
 ALPHA2 = {"USA": "US", "CAN": "CA", "MEX": "MX", "BRA": "BR", "GBR": "GB", "IRL": "IE", "FRA": "FR",
           "DEU": "DE", "NLD": "NL", "BEL": "BE", "ESP": "ES", "ITA": "IT", "CHE": "CH", "SWE": "SE",
@@ -131,12 +135,32 @@ class _AtexitRecorder:
 
 
 def _xml_fromstring(text):
+    """``nvidia-smi -q -x`` parsed as eit 0.1.8 expects it.
+
+    Elements get ``getiterator`` back (removed in Python 3.9). Newer drivers
+    name the block ``gpu_power_readings`` and may report ``instant_power_draw``
+    / ``average_power_draw`` instead of ``power_draw``; eit reads
+    ``power_readings/power_draw``, so those are mapped (not checked against a
+    real driver in this project yet: no GPU on the CI machine).
+    """
     import xml.etree.ElementTree as ET
 
     class _Element(ET.Element):
-        getiterator = ET.Element.iter  # removed in Python 3.9; eit's get_gpu_info calls it
+        getiterator = ET.Element.iter
 
-    return ET.fromstring(text, parser=ET.XMLParser(target=ET.TreeBuilder(element_factory=_Element)))
+    root = ET.fromstring(text, parser=ET.XMLParser(target=ET.TreeBuilder(element_factory=_Element)))
+    for gpu in root.iter("gpu"):
+        readings = gpu.find("power_readings")
+        if readings is None and gpu.find("gpu_power_readings") is not None:
+            readings = gpu.find("gpu_power_readings")
+            readings.tag = "power_readings"
+        if readings is not None and readings.find("power_draw") is None:
+            for alt in ("instant_power_draw", "average_power_draw"):
+                if readings.find(alt) is not None:
+                    draw = ET.SubElement(readings, "power_draw")
+                    draw.text = readings.find(alt).text
+                    break
+    return root
 
 
 class _PandasCompat:
@@ -156,12 +180,14 @@ class _PandasCompat:
         return df.select_dtypes(include="number")
 
 
-def _with_gpu_columns(load):
+def _with_measured_columns(load):
     def load_data_into_frame(*args, **kwargs):
         df, rows = load(*args, **kwargs)
-        for col in _GPU_COLUMNS:
+        for col in _MEASURED_COLUMNS:
             if col not in df:
                 df[col] = 0.0
+        for row in rows:   # logged by its RAPL reader only; its cpu-hours sum indexes every row
+            row.setdefault("cpu_time_seconds", {})
         return df, rows
     return load_data_into_frame
 
@@ -197,7 +223,7 @@ def install() -> Dict[str, object]:
                                        for f in header["compatability"]]
         m["region"].get_current_region_info = _region_info
         m["compute_tracker"].atexit = _AtexitRecorder
-        m["utils"].load_data_into_frame = _with_gpu_columns(m["utils"].load_data_into_frame)
+        m["utils"].load_data_into_frame = _with_measured_columns(m["utils"].load_data_into_frame)
         m["nvidia"].fromstring = _xml_fromstring
         m["nvidia"].pd = _PandasCompat()
         _installed.update(m)

@@ -6,8 +6,11 @@ at a constant power, wrapping at ``max_energy_range_uj``, so eit's own code
 (sampling, rollover, process-tree attribution, integration) runs on it.
 The network is blocked for the whole test, including eit's forked monitor.
 
-Budget: ~10 s for the end-to-end test (eit samples every ~3.5 s and needs at
-least one), the rest milliseconds.
+A fake ``nvidia-smi`` on PATH drives its GPU path the same way.
+
+Budget: ~25 s in all: three end-to-end tests of 5-10 s each (eit samples every
+~1.5-3.5 s and needs at least one; stopping waits for the sample in progress),
+the rest milliseconds.
 """
 from __future__ import annotations
 
@@ -195,3 +198,51 @@ def test_spawn_start_method_is_refused(fake_rapl, monkeypatch):
     why = carbon_eit.unavailable_reason(fake_rapl.root)
     assert why == "its monitor needs the fork start method (this process uses 'spawn'), or it would run unpatched"
     assert "eit" not in carbon.available_backends()
+
+
+FAKE_NVIDIA_SMI = '''#!{python}
+"""nvidia-smi as eit 0.1.8 calls it: no args, -q -x, pmon -c N. GPU 0 draws 100 W; FAKE_GPU_PID uses 30% SM."""
+import os, sys
+pid = os.environ["FAKE_GPU_PID"]
+args = sys.argv[1:]
+if args[:2] == ["-q", "-x"]:
+    print(f"""<?xml version="1.0" ?><nvidia_smi_log><driver_version>550.54</driver_version>
+<cuda_version>12.4</cuda_version><attached_gpus>1</attached_gpus><gpu id="00000000:01:00.0">
+<product_name>Fake GPU</product_name><performance_state>P0</performance_state>
+<fb_memory_usage><total>81920 MiB</total><used>2048 MiB</used><free>79872 MiB</free></fb_memory_usage>
+<utilization><gpu_util>40 %</gpu_util><memory_util>5 %</memory_util></utilization>
+<gpu_power_readings><instant_power_draw>100.00 W</instant_power_draw></gpu_power_readings>
+<processes><process_info><pid>{{pid}}</pid><process_name>python</process_name><used_memory>1024 MiB</used_memory></process_info>
+<process_info><pid>99999</pid><process_name>other</process_name><used_memory>1024 MiB</used_memory></process_info>
+</processes></gpu></nvidia_smi_log>""")
+elif args[:1] == ["pmon"]:
+    print("# gpu        pid  type    sm   mem   enc   dec   command")
+    print("# Idx          #   C/G     %     %     %     %   name")
+    print(f"    0      {{pid}}     C    30     5     -     -   python")
+    print("    0      99999     C    10     1     -     -   other")
+else:
+    print("Fake GPU 0")
+'''
+
+
+def test_eit_backend_on_a_gpu_host_is_exact(tmp_path, monkeypatch, no_network):
+    """No RAPL, a (fake) nvidia-smi: eit's GPU accounting runs, and its readings are instantaneous,
+    so energy = 100 W x 30/(30+10) SM share x eit's interval exactly (float rounding only)."""
+    import sys
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI.format(python=sys.executable))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GPU_PID", str(os.getpid()))
+    monkeypatch.setattr(carbon, "RAPL_ROOT", str(tmp_path / "no-powercap"))
+    with EnergyTracker(str(tmp_path / "run"), backend="eit", country="FRA") as tr:
+        time.sleep(1.0)
+    r = tr.report
+    cov = r.coverage["backend"]
+    assert r.backend == "eit" and cov["measured_by"] == "nvidia-smi" and cov["samples"] >= 1
+    assert r.source.startswith("experiment-impact-tracker 0.1.8 (nvidia-smi x the process tree's share")
+    assert cov["host_nvidia_kwh"] == pytest.approx(100.0 * cov["interval_s"] / 3.6e6, rel=1e-9)
+    assert r.energy_kwh == pytest.approx(75.0 * cov["interval_s"] / 3.6e6, rel=1e-9)
+    assert r.breakdown_kwh == {"tree_cpu_rapl": 0.0, "tree_gpu_nvidia": pytest.approx(r.energy_kwh)}
