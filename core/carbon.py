@@ -177,7 +177,9 @@ class CarbonReport:
     is the process-time model over the same processes, for cross-checking.
     ``coverage`` states what was measured and how: the backend's scope (for
     eit its samples, host-level RAPL kWh and process ids), and per host the
-    processes counted and by which route (ledger, stage records, reports).
+    processes seen (``processes_seen``: a reaped worker's CPU is inside its
+    parent's), those counted with their own CPU seconds (``processes``,
+    ``cpu_s``) and by which route (ledger, stage records, reports).
     """
 
     energy_kwh: float
@@ -658,6 +660,10 @@ class EnergyTracker:
             h["routes"][route] = h["routes"].get(route, 0.0) + sec
             if not (covers == "machine" and host == me) and not (covers == "process-tree" and in_tree):
                 model_s += sec
+        for (host, _pid) in seen:   # processes whose CPU is inside another's (reaped) or a duplicate
+            hosts.setdefault(host, {"processes": 0, "cpu_s": 0.0, "routes": {}})
+        for host, h in hosts.items():
+            h["processes_seen"] = len({pid for hh, pid in seen if hh == host})
         return by_label, model_s, all_s, notes, hosts
 
     def _build_report(self, duration: float, measured) -> CarbonReport:

@@ -281,10 +281,24 @@ class EitMeter:
         self._logger.setLevel(logging.ERROR)  # it warns once per data point per sample
         self._dir = tempfile.mkdtemp(prefix="databloom-eit-")
         self._hooks_before = len(_State.exit_hooks)
-        self._t = m["compute_tracker"].ImpactTracker(self._dir)
+        try:
+            self._t = m["compute_tracker"].ImpactTracker(self._dir)
+        except BaseException:
+            self._cleanup()
+            raise
 
     def start(self) -> None:
-        self._t.launch_impact_monitor()
+        try:
+            self._t.launch_impact_monitor()
+        except BaseException:
+            self._cleanup()
+            raise
+
+    def _logged_any(self) -> bool:
+        try:   # size, not content: the monitor may be half-way through writing a line
+            return os.path.getsize(self._data_path()) > 0
+        except OSError:
+            return False
 
     def _data_path(self) -> str:
         return os.path.join(self._dir, self._m["utils"].DATAPATH)
@@ -298,7 +312,7 @@ class EitMeter:
 
     def _stop_monitor(self) -> None:
         deadline = time.monotonic() + _FIRST_SAMPLE_TIMEOUT_S
-        while not self._samples() and self._t.p.is_alive() and time.monotonic() < deadline:
+        while not self._logged_any() and self._t.p.is_alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         self._t.queue.put("Stop")
         self._t.p.join(timeout=_STOP_TIMEOUT_S)

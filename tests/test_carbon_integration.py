@@ -124,4 +124,5 @@ def test_dask_run_records_the_cpu_of_every_stage_process(tmp_path):
         assert any(f"pid {r.pid} already measured" in n for n in carbon["notes"])
     me = carbon["host"]
     assert set(cov["hosts"]) == {me} and cov["hosts"][me]["routes"].keys() == {"ledger"}
+    assert cov["hosts"][me]["processes_seen"] >= 1 + len(records)     # driver + every stage worker
     assert cov["hosts"][me]["cpu_s"] == pytest.approx(carbon["counted_cpu_seconds"])

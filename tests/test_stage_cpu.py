@@ -81,7 +81,7 @@ def test_tracker_counts_remote_stage_records_once(tmp_path):
     assert r.breakdown_kwh["cpu_time_model"] == pytest.approx(
         process_time_energy_kwh(local + 90.0, 0.0, watts_per_thread=DEFAULT_WATTS_PER_THREAD))
     host = r.coverage["hosts"]["worker-host-1"]
-    assert host == {"processes": 1, "cpu_s": 90.0, "routes": {"stage record": 90.0}}
+    assert host == {"processes": 1, "processes_seen": 1, "cpu_s": 90.0, "routes": {"stage record": 90.0}}
     assert r.coverage["hosts"][socket.gethostname()]["routes"].keys() == {"ledger"}
     assert r.coverage["stages_cpu_s"] == {"run_rollout_task": 80.0, "write_shard_stage": 10.0}
     assert r.coverage["routes"] == ROUTES and r.coverage["stage_records"] == tr.stage_cpu_sink
