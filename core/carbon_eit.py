@@ -99,7 +99,7 @@ _FIRST_SAMPLE_TIMEOUT_S = 15.0
 
 
 class _State:
-    """What the patched names read: set by ``install`` (one eit configuration per process)."""
+    """What the patched names read: set by ``configure`` (one eit configuration per process)."""
     rapl_root = DEFAULT_RAPL_ROOT
     region: Dict = {}
     zone_info: Dict = {}
@@ -253,9 +253,12 @@ def unavailable_reason(rapl_root: str = DEFAULT_RAPL_ROOT) -> Optional[str]:
     rapl_dir = os.path.join(rapl_root, "intel-rapl")
     if not os.path.isdir(rapl_dir) and shutil.which("nvidia-smi") is None:
         return f"no RAPL under {rapl_root} and no nvidia-smi, so it would record no energy"
-    if multiprocessing.get_start_method(allow_none=False) != "fork":
-        return (f"its monitor needs the fork start method (this process uses "
-                f"{multiprocessing.get_start_method()!r}), or it would run unpatched")
+    # allow_none: asking must not fix the start method for the rest of the process; unset
+    # means the platform default, which get_all_start_methods lists first.
+    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    if method != "fork":
+        return (f"its monitor needs the fork start method (this process uses {method!r}), "
+                f"or it would run unpatched")
     try:
         install()
     except Exception as e:  # broken installs raise more than ImportError
