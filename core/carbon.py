@@ -5,6 +5,7 @@ Usage (the training loop)::
     tracker = EnergyTracker(run_dir, backend="auto", country="USA", pue=1.0,
                             worker_pids_fn=lambda: client.run(os.getpid).values())
     with tracker:                       # or tracker.start() ... tracker.stop()
+        client.submit(CountStageCpu(stage_fn, tracker.stage_cpu_sink), ...)   # stages on any host
         train()
         for label, cpu_s in worker_reports:   # Dask/Beam workers report their own CPU time
             tracker.add_process_cpu_seconds(label, cpu_s, host=..., pid=...)
@@ -19,11 +20,13 @@ Backends (``available_backends()`` lists the usable ones, best first):
   thread, power = TDP x (0.1 + 0.9 load^3)) plus a fixed RAM estimate (5 W per
   assumed DIMM); grid intensity from its offline per-country data. Nothing
   goes to the network and its CSV output is off: carbon.json is the record.
-* ``eit`` (experiment-impact-tracker, what ActorQ used): used only where RAPL
-  (``/sys/class/powercap/intel-rapl*``) or ``nvidia-smi`` exists *and* the
-  package imports. Otherwise one warning line names why and the tracker falls
-  back to ``auto``. eit writes pickles, so it logs to a temporary directory
-  that is deleted after its totals are read; only JSON lands in the run dir.
+* ``eit`` (experiment-impact-tracker 0.1.8, what ActorQ used; extra
+  ``databloom[eit]``): used only where RAPL (``RAPL_ROOT/intel-rapl``) or
+  ``nvidia-smi`` exists *and* the package imports behind the compatibility
+  layer in :mod:`core.carbon_eit` (pandas 3, offline region from ``country``).
+  Otherwise one warning line names why and the tracker falls back to
+  ``auto``. eit writes pickles, so it logs to a temporary directory that is
+  deleted after its totals are read; only JSON lands in the run dir.
 * ``process-time`` (no dependency; also the fallback): the CPU-time model
 
       E_kWh = PUE * (sum_p cpu_s_p * W_thread + W_ram * T_wall) / 3.6e6
@@ -51,9 +54,23 @@ descendants the process has already reaped, so a Dask ``LocalCluster`` closed
 before ``stop()`` is still counted, through the driver. A process that has
 gone is skipped when a tracked ancestor is still alive (its time is in that
 ancestor's ``children_*``); otherwise its last sample counts (a lower bound:
-at most ``sample_interval_s`` of its CPU time is lost). Reports from
-``add_process_cpu_seconds`` (workers on any host) are added; one whose
-``pid`` the ledger already measured on this host is recorded but not counted.
+at most ``sample_interval_s`` of its CPU time is lost).
+
+The ledger only sees this host. Two more routes reach every other process
+that ran a stage:
+
+* stage records: a stage wrapped in :class:`core.stage_cpu.CountStageCpu`
+  (Dask executor's ``task_wrapper`` hook, Beam round stages) writes its
+  process's CPU (union of its stage spans on the process CPU clock) to
+  ``stage_cpu_sink`` = ``RUN_DIR/carbon/<session>/``; ``stop()`` reads them.
+* reports: ``add_process_cpu_seconds`` (e.g. ``process_cpu_report()`` run
+  inside a worker).
+
+One process counts once, by the first route that saw it (host, pid): the
+ledger, then a stage record, then a report; the others are listed in
+``cpu_seconds`` with a note, not added. ``coverage`` in carbon.json says,
+per host, how many processes and CPU seconds were counted by which route,
+and ``stages_cpu_s`` splits stage CPU by stage function.
 
 The backend measures one part of the run; the CPU-time model adds the rest:
 
@@ -83,9 +100,10 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from core import urls
+from core import stage_cpu, urls
+from core.carbon_eit import EIT_PUE  # experiment-impact-tracker's built-in PUE, used by ActorQ
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +115,16 @@ BACKENDS = ("codecarbon", "eit", "process-time")
 DEFAULT_WATTS_PER_THREAD = 4.0
 #: codecarbon's pre-v3 RAM rule: 3 W per 8 GB.
 RAM_WATTS_PER_GB = 3.0 / 8.0
-#: experiment-impact-tracker's built-in PUE (emissions/constants.py), used by ActorQ.
-EIT_PUE = 1.58
+#: Where RAPL counters live; experiment-impact-tracker is pointed here (core.carbon_eit), tests move it.
 RAPL_ROOT = "/sys/class/powercap"
+#: How a process's CPU seconds reached the report (carbon.json ``coverage.routes``).
+ROUTES = {
+    "ledger": "psutil samples on the driver's host every sample_interval_s: the driver, its "
+              "descendants (reaped ones through children_* times) and worker_pids_fn's processes",
+    "stage record": "each stage's process CPU (getrusage, own + reaped children), union of stage spans "
+                    "per process, written by core.stage_cpu.CountStageCpu under RUN_DIR/carbon/<session>/",
+    "report": "add_process_cpu_seconds (e.g. process_cpu_report run inside a worker)",
+}
 
 #: Grid carbon intensity, gCO2e/kWh, for the process-time model. Source: the
 #: ``carbon_intensity`` field of codecarbon 3.3.2
@@ -146,10 +171,15 @@ class CarbonReport:
     """Energy and CO2e of one run. ``source`` names how it was measured; quote it with the numbers.
 
     ``cpu_seconds`` lists every process seen or reported (label -> CPU seconds in
-    the run); ``counted_cpu_seconds`` is the part the CPU-time model charged
-    (the rest is inside the backend's own measurement or a duplicate).
+    the run); ``counted_cpu_seconds`` is their sum without duplicates (a report
+    for a process the ledger measured is listed, not counted).
     ``breakdown_kwh`` splits ``energy_kwh`` (after PUE). ``process_time_kwh``
     is the process-time model over the same processes, for cross-checking.
+    ``coverage`` states what was measured and how: the backend's scope (for
+    eit its samples, host-level RAPL kWh and process ids), and per host the
+    processes seen (``processes_seen``: a reaped worker's CPU is inside its
+    parent's), those counted with their own CPU seconds (``processes``,
+    ``cpu_s``) and by which route (ledger, stage records, reports).
     """
 
     energy_kwh: float
@@ -170,6 +200,7 @@ class CarbonReport:
     ram_watts: float = 0.0
     host: str = ""
     started_at: str = ""
+    coverage: Dict[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -226,16 +257,8 @@ def _import_codecarbon():
 
 def _eit_unavailable_reason() -> Optional[str]:
     """None when experiment-impact-tracker can measure here, else why not (one line)."""
-    has_rapl = os.path.isdir(RAPL_ROOT) and any(
-        n.startswith("intel-rapl") for n in os.listdir(RAPL_ROOT))
-    if not has_rapl and shutil.which("nvidia-smi") is None:
-        return f"no RAPL under {RAPL_ROOT} and no nvidia-smi, so it would record no energy"
-    try:
-        from experiment_impact_tracker.compute_tracker import ImpactTracker  # noqa: F401
-        from experiment_impact_tracker.data_interface import DataInterface  # noqa: F401
-    except Exception as e:  # broken installs raise more than ImportError
-        return f"it does not import ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-    return None
+    from core import carbon_eit
+    return carbon_eit.unavailable_reason(RAPL_ROOT)
 
 
 def available_backends() -> List[str]:
@@ -287,41 +310,6 @@ class _CodecarbonMeter:
         parts = {"host_cpu": float(d.cpu_energy), "host_ram": float(d.ram_energy),
                  "host_gpu": float(d.gpu_energy)}
         return energy, intensity, detail, parts
-
-
-class _EitMeter:
-    """experiment-impact-tracker in a temporary log dir (it writes pickles)."""
-    covers = "process-tree"
-
-    def __init__(self):
-        from experiment_impact_tracker.compute_tracker import ImpactTracker
-        import experiment_impact_tracker as eit
-        self.version = getattr(eit, "__version__", "?")
-        self._dir = tempfile.mkdtemp(prefix="databloom-eit-")
-        self._t = ImpactTracker(self._dir)
-
-    def start(self) -> None:
-        self._t.launch_impact_monitor()
-
-    def stop(self) -> Tuple[float, Optional[float], str, Dict[str, float]]:
-        from experiment_impact_tracker.data_interface import DataInterface
-        try:
-            if hasattr(self._t, "stop"):
-                self._t.stop()
-            else:  # 0.1.x: the monitor process polls its queue for "Stop"
-                self._t.queue.put("Stop")
-                self._t.p.join(timeout=10)
-                if self._t.p.is_alive():
-                    self._t.p.terminate()
-                from experiment_impact_tracker.utils import log_final_info
-                log_final_info(self._dir)
-            di = DataInterface([self._dir])
-            energy = float(di.total_power) / EIT_PUE  # eit applies its PUE; we apply ours
-            intensity = 1000.0 * float(di.kg_carbon) / float(di.total_power) if di.total_power else None
-        finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
-        detail = f"experiment-impact-tracker {self.version} (RAPL/nvidia-smi x process-tree share)"
-        return energy, intensity, detail, {"host_measured": energy}
 
 
 # ------------------------------------------------------------------------- ledger
@@ -445,13 +433,25 @@ class _Ledger:
 
 # ------------------------------------------------------------------------ tracker
 
+def _sum_by_stage(records: List[stage_cpu.ProcessCpu]) -> Dict[str, float]:
+    """CPU seconds per stage function over all stage records (a breakdown; see core.stage_cpu)."""
+    out: Dict[str, float] = {}
+    for r in records:
+        for name, sec in r.by_stage.items():
+            out[name] = out.get(name, 0.0) + sec
+    return out
+
+
+def process_cpu_seconds() -> float:
+    """This process's CPU seconds: user + system, own and reaped children's (``getrusage``)."""
+    return stage_cpu.process_cpu_seconds()
+
+
 def process_cpu_report(label: Optional[str] = None) -> dict:
     """Run *inside a worker*: its CPU seconds (own + reaped children) as kwargs for
     ``EnergyTracker.add_process_cpu_seconds``. Host and pid let the driver avoid double counting."""
-    t = os.times()
     host, pid = socket.gethostname(), os.getpid()
-    return {"label": label or f"worker {host} pid={pid}",
-            "seconds": t.user + t.system + t.children_user + t.children_system,
+    return {"label": label or f"worker {host} pid={pid}", "seconds": process_cpu_seconds(),
             "host": host, "pid": pid}
 
 
@@ -493,6 +493,8 @@ class EnergyTracker:
         self._lock = threading.Lock()
         self._meter = self._ledger = self._thread = None
         self._notes: List[str] = []
+        self._stage_records: List[stage_cpu.ProcessCpu] = []
+        self.stage_cpu_sink: Optional[str] = None   # set by start(); stages record their CPU there
         self.backend: Optional[str] = None
         self.report: Optional[CarbonReport] = None
 
@@ -515,6 +517,7 @@ class EnergyTracker:
             except Exception as e:
                 self._fall_back(f"{self.backend} failed to start ({type(e).__name__}: {e})")
         self._start_wall, self._t0 = time.time(), time.perf_counter()
+        self.stage_cpu_sink = stage_cpu.sink_url(self.run_dir, stage_cpu.new_session())
         self._ledger = _Ledger(self._fn, self._start_wall)
         self._ledger.sample()
         self._stop_evt = threading.Event()
@@ -553,6 +556,11 @@ class EnergyTracker:
                 measured = self._meter.stop()
             except Exception as e:
                 self._fall_back(f"{self.backend} failed at stop ({type(e).__name__}: {e})")
+        try:
+            self._stage_records, read_notes = stage_cpu.read_records(self.stage_cpu_sink)
+            self._notes += read_notes
+        except Exception as e:  # accounting must never fail a finished run
+            self._notes.append(f"stage records unreadable ({type(e).__name__}: {e})")
         with self._lock:
             self.report = self._build_report(duration, measured)
         self.report.save(self.run_dir)
@@ -582,7 +590,8 @@ class EnergyTracker:
             reason = _eit_unavailable_reason()
             if reason is None:
                 try:
-                    return _EitMeter(), "eit"
+                    from core.carbon_eit import EitMeter
+                    return EitMeter(self.country, RAPL_ROOT), "eit"
                 except Exception as e:
                     reason = f"it failed to start ({type(e).__name__}: {e})"
             meter, name = self._codecarbon_or_none(quiet=True, note=False)
@@ -607,37 +616,59 @@ class EnergyTracker:
             self._notes.append(why + "; using process-time")
         return None, "process-time"
 
-    def _cpu_accounts(self, covers: str):
-        """(cpu_seconds by label, seconds the CPU-time model charges, all counted seconds, notes)."""
-        by_label: Dict[str, float] = {}
-        model_s = all_s = 0.0
-        notes = []
-        measured_pids = {p.pid for p in self._ledger.procs.values()} | {os.getpid()}
-        for rec, s in self._ledger.counted():
+    def _entries(self) -> List[Tuple[str, float, str, Optional[int], str, bool]]:
+        """(label, CPU s, host, pid, route, in driver tree) of every process seen or reported."""
+        me = socket.gethostname()
+        out = []
+        for rec, sec in self._ledger.counted():
             if rec.pid == os.getpid():
                 own = max(0.0, rec.own_last - rec.own_base)
-                by_label[rec.label], by_label[rec.label + " reaped children"] = own, s - own
+                out.append((rec.label, own, me, rec.pid, "ledger", True))
+                out.append((rec.label + " reaped children", max(0.0, sec - own), me, None, "ledger", True))
             else:
-                by_label[rec.label] = s
-            all_s += s
-            if covers == "none" or (covers == "process-tree" and not rec.in_tree):
-                model_s += s
+                out.append((rec.label, sec, me, rec.pid, "ledger", rec.in_tree))
+        for p in self._stage_records:
+            out.append((p.label, p.covered_s, p.host, p.pid, "stage record", False))
+        for label, (sec, host, pid) in self._reported.items():
+            out.append((label, sec, host or me, pid, "report", False))
+        return out
+
+    def _cpu_accounts(self, covers: str):
+        """(cpu_seconds by label, seconds the CPU-time model charges, all counted seconds, notes, hosts).
+
+        One process counts once, by the first route that saw it: the ledger
+        (this host), then a stage record, then a report (same host and pid).
+        """
+        by_label: Dict[str, float] = {}
+        model_s = all_s = 0.0
         me = socket.gethostname()
-        for label, (s, host, pid) in self._reported.items():
-            key = label if label not in by_label else f"{label} (reported)"
-            by_label[key] = s
-            local = host in (None, me)
-            if local and pid in measured_pids:
-                notes.append(f"{label!r}: pid {pid} already measured on this host; report not added")
+        notes = []
+        seen = {(me, os.getpid())} | {(me, p.pid) for p in self._ledger.procs.values()}
+        hosts: Dict[str, Dict[str, Any]] = {}
+        for label, sec, host, pid, route, in_tree in self._entries():
+            key = label if label not in by_label else f"{label} ({route})"
+            by_label[key] = sec
+            h = hosts.setdefault(host, {"processes": 0, "cpu_s": 0.0, "routes": {}})
+            if route != "ledger" and pid is not None and (host, pid) in seen:
+                notes.append(f"{label!r}: pid {pid} already measured on {host}; {route} listed, not added")
                 continue
-            all_s += s
-            if not (covers == "machine" and local):
-                model_s += s
-        return by_label, model_s, all_s, notes
+            if pid is not None:
+                seen.add((host, pid))
+            all_s += sec
+            h["processes"] += pid is not None
+            h["cpu_s"] += sec
+            h["routes"][route] = h["routes"].get(route, 0.0) + sec
+            if not (covers == "machine" and host == me) and not (covers == "process-tree" and in_tree):
+                model_s += sec
+        for (host, _pid) in seen:   # processes whose CPU is inside another's (reaped) or a duplicate
+            hosts.setdefault(host, {"processes": 0, "cpu_s": 0.0, "routes": {}})
+        for host, h in hosts.items():
+            h["processes_seen"] = len({pid for hh, pid in seen if hh == host})
+        return by_label, model_s, all_s, notes, hosts
 
     def _build_report(self, duration: float, measured) -> CarbonReport:
         covers = self._meter.covers if self._meter is not None else "none"
-        by_label, model_s, all_s, notes = self._cpu_accounts(covers)
+        by_label, model_s, all_s, notes, hosts = self._cpu_accounts(covers)
         ram_w = self._ram_w if self._ram_w is not None else RAM_WATTS_PER_GB * self._ledger.mean_rss_gb()
         model_kwh = process_time_energy_kwh(model_s, 0.0, watts_per_thread=self._w)
         if measured is None:
@@ -670,4 +701,16 @@ class EnergyTracker:
             process_time_kwh=process_time_energy_kwh(all_s, duration, watts_per_thread=self._w,
                                                      ram_watts=ram_w, pue=self.pue),
             watts_per_thread=self._w, ram_watts=ram_w, host=socket.gethostname(),
-            started_at=_dt.datetime.fromtimestamp(self._start_wall, _dt.timezone.utc).isoformat())
+            started_at=_dt.datetime.fromtimestamp(self._start_wall, _dt.timezone.utc).isoformat(),
+            coverage=self._coverage(covers, hosts))
+
+    def _coverage(self, covers: str, hosts: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+        """What the backend measured itself (``scope``) and, per host, which processes were counted how."""
+        scope = {"machine": "every process on this host (whole-machine counters)",
+                 "process-tree": "the driver process and all its descendants",
+                 "none": "nothing: CPU-time model only"}[covers]
+        backend = {"name": self.backend, "scope": scope}
+        backend.update(getattr(self._meter, "coverage", None) or {})
+        return {"backend": backend, "hosts": hosts, "routes": dict(ROUTES),
+                "stage_records": self.stage_cpu_sink,
+                "stages_cpu_s": _sum_by_stage(self._stage_records)}

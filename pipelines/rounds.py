@@ -53,6 +53,8 @@ import numpy as np
 from core import config as config_lib
 from core import urls
 from core.rollout import ActorSpec, RolloutResult, run_rollout_task
+from core.stage_cpu import counted
+from pipelines.energy import stage_cpu_sink
 from pipelines import stages
 
 _LEARN_CHUNK = 128   # learner steps per learner call (one TF dispatch, one sampler call)
@@ -72,6 +74,7 @@ class RoundPlan:
     evaluate: bool = False
     eval_args: Tuple[Any, ...] = ()          # run_evaluation_task(payload, *eval_args)
     writer_options: Tuple[Tuple[str, Any], ...] = ()   # cfg.replay.writer_options(), as items
+    cpu_sink: str = ""                       # stages record their process CPU here (core.stage_cpu)
 
     @property
     def store_url(self) -> str:
@@ -151,7 +154,7 @@ class RollOut(beam.PTransform):
     def expand(self, actor_ids):
         return (actor_ids
                 | "Reshuffle" >> beam.Reshuffle()   # to prevent fusion: one task per worker, not all on one
-                | "StepEnvs" >> beam.Map(rollout_round_task, self.plan, self.payload))
+                | "StepEnvs" >> beam.Map(counted(rollout_round_task, self.plan.cpu_sink), self.plan, self.payload))
 
 
 class WriteShards(beam.PTransform):
@@ -166,7 +169,7 @@ class WriteShards(beam.PTransform):
         return (results
                 | "KeyByShard" >> beam.Map(lambda r: (r.stats.actor_id // per, r))
                 | "GroupShards" >> beam.GroupByKey()
-                | "Write" >> beam.Map(write_round_shard, self.plan))
+                | "Write" >> beam.Map(counted(write_round_shard, self.plan.cpu_sink), self.plan))
 
 
 class CommitShards(beam.PTransform):
@@ -179,7 +182,7 @@ class CommitShards(beam.PTransform):
     def expand(self, infos):
         return (infos
                 | "ToList" >> beam.combiners.ToList()   # all of the round's shards in one element
-                | "Commit" >> beam.Map(commit_round, self.plan))
+                | "Commit" >> beam.Map(counted(commit_round, self.plan.cpu_sink), self.plan))
 
 
 def build_round(pipeline, plan: RoundPlan, payload) -> None:
@@ -193,7 +196,7 @@ def build_round(pipeline, plan: RoundPlan, payload) -> None:
     if plan.evaluate:
         (pipeline
          | "CreateEval" >> beam.Create([plan.round])
-         | "Evaluate" >> beam.Map(evaluate_round, plan, policy))
+         | "Evaluate" >> beam.Map(counted(evaluate_round, plan.cpu_sink), plan, policy))
 
 
 # --------------------------------------------------------------------------- learner stage (launcher side)
@@ -350,7 +353,8 @@ class RoundLauncher:
         eval_args = (cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * r, cfg.env.max_episode_steps,
                      builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes)
         return RoundPlan(self.run_dir, r, self.actor_specs, explore, cfg.actors.steps_per_task,
-                         self.per_shard, version, evaluate, eval_args, tuple(cfg.replay.writer_options().items()))
+                         self.per_shard, version, evaluate, eval_args, tuple(cfg.replay.writer_options().items()),
+                         stage_cpu_sink(self.energy))
 
     def run(self) -> Dict[str, Any]:
         from pipelines.executors import beam as beam_executor

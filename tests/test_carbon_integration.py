@@ -62,3 +62,67 @@ def test_executors_report_worker_pids():
         assert ex.worker_pids() == pids      # cached
     finally:
         ex.close()
+
+
+def test_eit_backend_in_a_training_run(tmp_path, monkeypatch):
+    """``carbon.backend=eit`` on a host with (fake) RAPL: carbon.json names experiment-impact-tracker."""
+    pytest.importorskip("experiment_impact_tracker")
+    from test_carbon_eit import FakeRapl
+    from core import carbon
+    from core.config import load_config
+    from pipelines.train import train
+    rapl = FakeRapl(str(tmp_path / "powercap"))
+    monkeypatch.setattr(carbon, "RAPL_ROOT", rapl.root)
+    run_dir = str(tmp_path / "run")
+    try:
+        summary = train(load_config(None, TINY + ["carbon.backend=eit", "carbon.country=FRA"]), run_dir,
+                        progress=False)
+    finally:
+        rapl.close()
+    with open(os.path.join(run_dir, "carbon.json")) as f:
+        report = json.load(f)
+    assert report["backend"] == summary["carbon_backend"] == "eit"
+    assert summary["energy_source"].startswith("experiment-impact-tracker 0.1.8 (RAPL x the process tree's share")
+    assert report["coverage"]["backend"]["samples"] >= 1 and os.getpid() in report["coverage"]["backend"]["process_ids"]
+    assert 0 < summary["energy_kwh"] <= report["coverage"]["backend"]["host_rapl_kwh"]
+
+
+def test_eit_backend_without_rapl_falls_back_with_one_line(tmp_path, monkeypatch):
+    from core import carbon
+    from core.config import load_config
+    from pipelines.train import train
+    monkeypatch.setattr(carbon, "RAPL_ROOT", str(tmp_path / "no-powercap"))
+    monkeypatch.setenv("PATH", os.path.dirname(os.path.realpath(os.sys.executable)))   # no nvidia-smi
+    run_dir = str(tmp_path / "run")
+    summary = train(load_config(None, TINY + ["carbon.backend=eit", "total_env_steps=600"]), run_dir, progress=False)
+    with open(os.path.join(run_dir, "carbon.json")) as f:
+        report = json.load(f)
+    assert report["requested_backend"] == "eit" and report["backend"] == summary["carbon_backend"] != "eit"
+    assert report["notes"][0].startswith("experiment-impact-tracker unavailable: no RAPL under ")
+    assert report["notes"][0].endswith(f"falling back to {report['backend']}")
+
+
+def test_dask_run_records_the_cpu_of_every_stage_process(tmp_path):
+    """Every stage the driver submits to Dask leaves its worker's CPU record; carbon.json says what was covered."""
+    pytest.importorskip("distributed")
+    from core import stage_cpu
+    from core.config import load_config
+    from pipelines.train import train
+    run_dir = str(tmp_path / "run")
+    tiny = [a for a in TINY if not a.startswith("executor=")]
+    train(load_config(None, tiny + ["executor=dask", "dask.n_workers=1", "carbon.backend=process-time"]),
+          run_dir, progress=False)
+    with open(os.path.join(run_dir, "carbon.json")) as f:
+        carbon = json.load(f)
+    cov = carbon["coverage"]
+    records, notes = stage_cpu.read_records(cov["stage_records"])
+    assert notes == [] and records and all(r.pid != os.getpid() for r in records)
+    assert {"run_rollout_task", "write_shard_stage"} <= set(cov["stages_cpu_s"])
+    assert all(v > 0 for v in cov["stages_cpu_s"].values())
+    for r in records:   # LocalCluster workers are this host's: the ledger measured them, listed once
+        assert carbon["cpu_seconds"][r.label] == pytest.approx(r.covered_s)
+        assert any(f"pid {r.pid} already measured" in n for n in carbon["notes"])
+    me = carbon["host"]
+    assert set(cov["hosts"]) == {me} and cov["hosts"][me]["routes"].keys() == {"ledger"}
+    assert cov["hosts"][me]["processes_seen"] >= 1 + len(records)     # driver + every stage worker
+    assert cov["hosts"][me]["cpu_s"] == pytest.approx(carbon["counted_cpu_seconds"])

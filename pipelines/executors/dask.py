@@ -19,6 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 class DaskExecutor:
     deterministic = False
+    #: fn -> fn applied to every submitted stage (pipelines.energy sets it: per-process CPU records).
+    task_wrapper: Optional[Callable[[Callable], Callable]] = None
 
     def __init__(self, address: Optional[str] = None, n_workers: int = 0, threads_per_worker: int = 1,
                  retries: int = 3, thread_env: Optional[Dict[str, str]] = None):
@@ -45,6 +47,8 @@ class DaskExecutor:
         if actor is not None:
             addrs = self._worker_addresses()
             workers = [addrs[actor % len(addrs)]] if addrs else None
+        if self.task_wrapper is not None:
+            fn = self.task_wrapper(fn)
         return self.client.submit(fn, *args, key=key, workers=workers, allow_other_workers=workers is not None,
                                   retries=self.retries, pure=False, **kwargs)
 

@@ -1,0 +1,373 @@
+"""ActorQ's run as costs: what an env step, a learner step and a policy version cost per precision,
+and the whole-run env steps/s they predict (a small Amdahl / bottleneck model).
+
+Usage::
+
+    python -m benchmarks.actorq_costs                                     # configs/actorq/cartpole-dqn.yaml
+    python -m benchmarks.actorq_costs --config configs/actorq/pendulum-d4pg.yaml --quick
+    python -m benchmarks.actorq_costs --out benchmarks/results/actorq_costs-cartpole.json
+    python -m benchmarks.actorq_costs --predict benchmarks/results/actorq_costs-cartpole.json \\
+        --set learner.replay_ratio=0.01 --set actors.num_actors=8 --cores 16   # model only, no measuring
+
+Measured, per precision, with the config's real stages and networks (median
+over ``--repeats``; wall seconds and CPU seconds of this process, so TF's
+intra-op threads count):
+
+* ``inference``: ``LiteRTPolicy`` on the actor network, per env step, at
+  batch 1 and at the actors' batch (``env.num_envs``), and as the rollout
+  stage sees it (``RolloutStats.inference_seconds``);
+* ``env``: the vectorized env step alone (random actions), per env step;
+* ``rollout``: ``run_rollout_task`` per env step (env + inference + action
+  selection + trajectory assembly), the actor task as it runs on a worker;
+* ``learner``: ``learn_stage`` per learner step (``agent.batch_size``,
+  ``learner.steps_per_call`` steps per call, the config's network, replay
+  sampled from shards the rollouts wrote);
+* ``version``: ``PolicyQuantizer.quantize`` (convert), ``FlatbufferPatcher.patch``
+  (where the precision allows), actor-side ``LiteRTPolicy`` load, payload
+  bytes, and a Dask ``scatter(broadcast=True)`` to one worker (``--no-dask`` skips it);
+* ``storage``: ``write_shard_stage`` and ``commit_stage`` per env step, shards
+  of one round of tasks (``actors.num_actors`` x ``env.num_envs`` x
+  ``actors.steps_per_task`` rows).
+
+The model. Per env step, for precision ``p`` (wall ``t``, CPU ``c``)::
+
+    A_p = t_rollout,p                       one actor task's time per env step (1 thread)
+    S   = t_write                           shard write (a worker task in Dask runs)
+    K   = t_commit                          commit + cache refresh (the driver)
+    L   = r * t_learn                       r = learner.replay_ratio (learner steps per env step)
+    Q_p = (r / P) * (t_q,p + N * t_load,p + t_bcast,p)
+                                            P = actors.broadcast_period (learner steps per version),
+                                            t_q = patch if the precision is patchable else convert
+
+Three resources bound the run; each is serial or shared, and the rest overlaps:
+
+    X_actors  = W / (A_p + S)               W = min(N, workers) actor processes in parallel
+    X_learner = 1 / (L + K)                 the learner thread (it also commits; the version
+                                            work runs in a background thread off its path)
+    X_cpu     = C / (c_A,p + c_S + c_K + r * c_learn + Q_p)     all CPU work over C cores
+    X_p       = min(X_actors, X_learner, X_cpu)                  env steps/s of the whole run
+    T_p       = E / X_p                                          time for E env steps
+                                                                 (E: to target, or the budget)
+
+Amdahl's law is the ``X_cpu`` case: with ``f`` the actor-inference share of
+fp32's CPU per env step and ``s`` the inference speedup of ``p``,
+``X_p / X_fp32 = 1 / ((1 - f) + f / s)``. When ``X_learner`` binds, int8
+changes nothing (ratio 1): that is the learner-bound regime, reached when
+``r * t_learn`` exceeds the actor side's time per env step.
+
+The model ignores: contention between the learner's TF threads and actors
+beyond CPU-seconds (cache, memory bandwidth), evaluation episodes, checkpoint
+writes, start-up, and replay warm-up (``replay.min_size`` env steps before the
+first learner step, which only shifts time by ``min_size / X_actors``).
+Validating it against whole runs is a separate step (issue 14, part 1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+DEFAULT_CONFIG = os.path.join("configs", "actorq", "cartpole-dqn.yaml")
+PRECISIONS = ("fp32", "int8-dynamic", "int8-full")
+SCHEMA = "databloom.actorq_costs/1"
+
+
+# ------------------------------------------------------------------ measuring
+
+def timed(fn: Callable[[], Any], repeats: int) -> Tuple[float, float, Any]:
+    """(median wall s, median CPU s of this process, last result) of ``repeats`` calls."""
+    walls, cpus, out = [], [], None
+    for _ in range(max(1, repeats)):
+        w0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus), out
+
+
+def _calibration(env_id: str, n: int, seed: int) -> np.ndarray:
+    from core.envs import make_vector_env
+    envs, obs = make_vector_env(env_id, 8, seed)
+    rows = [obs.reshape(len(obs), -1)]
+    while sum(len(r) for r in rows) < n:
+        obs, *_ = envs.step(envs.action_space.sample())
+        rows.append(obs.reshape(len(obs), -1))
+    envs.close()
+    return np.concatenate(rows)[:n].astype(np.float32)
+
+
+def measure_env(cfg, steps: int) -> Dict[str, float]:
+    """Vectorized env step alone, per env step (random actions)."""
+    from core.envs import make_vector_env
+    envs, _ = make_vector_env(cfg.env.id, cfg.env.num_envs, cfg.seed, cfg.env.max_episode_steps)
+    actions = [envs.action_space.sample() for _ in range(steps)]
+    wall, cpu, _ = timed(lambda: [envs.step(a) for a in actions], 1)
+    envs.close()
+    n = steps * cfg.env.num_envs
+    return {"wall_s": wall / n, "cpu_s": cpu / n}
+
+
+def measure_inference(payload, obs_dim: int, batches: Sequence[int], calls: int, threads: int) -> Dict[str, Any]:
+    """LiteRT policy call time per env step at each batch size."""
+    from core.policy import LiteRTPolicy
+    out = {}
+    for b in batches:
+        policy = LiteRTPolicy(payload, batch_size=b, num_threads=threads)
+        x = np.random.default_rng(0).normal(size=(b, obs_dim)).astype(np.float32)
+        policy(x)  # warm up
+        wall, cpu, _ = timed(lambda: [policy(x) for _ in range(calls)], 3)
+        out[str(b)] = {"wall_s": wall / (calls * b), "cpu_s": cpu / (calls * b)}
+    return out
+
+
+def measure_version(model, precision: str, calib: np.ndarray, num_envs: int, threads: int, repeats: int,
+                    client=None) -> Tuple[Dict[str, Any], Any]:
+    """Per-version costs: convert, patch, actor load, payload bytes, Dask scatter. Returns (costs, payload)."""
+    from core.policy import LiteRTPolicy
+    from core.quantize import PATCHABLE_PRECISIONS, FlatbufferPatcher, PolicyQuantizer
+    quantizer = PolicyQuantizer(precision)
+    cw, cc, payload = timed(lambda: quantizer.quantize(model, 1, calib if precision == "int8-full" else None),
+                            repeats)
+    row: Dict[str, Any] = {"convert_s": cw, "convert_cpu_s": cc, "bytes": payload.nbytes,
+                           "patch_s": None, "patch_cpu_s": None, "bcast_s": None}
+    if precision in PATCHABLE_PRECISIONS:
+        patcher = FlatbufferPatcher(model, precision)
+        weights = model.get_weights()
+        row["patch_s"], row["patch_cpu_s"], _ = timed(lambda: patcher.patch(weights, 2), max(repeats, 3))
+    row["load_s"], row["load_cpu_s"], _ = timed(lambda: LiteRTPolicy(payload, batch_size=num_envs,
+                                                                      num_threads=threads), max(repeats, 3))
+    if client is not None:
+        def scatter():
+            fut = client.scatter(payload, broadcast=True, hash=False)
+            client.cancel(fut)
+        row["bcast_s"], row["bcast_cpu_s"], _ = timed(scatter, max(repeats, 3))
+    return row, payload
+
+
+def measure_rollouts(cfg, builder, payload, tasks: int, run_id: str) -> Tuple[Dict[str, float], List[Any]]:
+    """The rollout stage per env step, and the results (shards for storage and learner)."""
+    from core.rollout import ActorSpec, release_actors, run_rollout_task
+    explore = builder.exploration(cfg.agent, 0, 0)
+    spec = ActorSpec(run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, 0, cfg.env.max_episode_steps,
+                     cfg.threads.litert, builder.action_selector)
+    run_rollout_task(spec, payload, 0, 4, explore)   # warm up: envs + interpreter
+    results, walls, cpus = [], [], []
+    for k in range(1, tasks + 1):
+        w0, c0 = time.perf_counter(), time.process_time()
+        results.append(run_rollout_task(spec, payload, k, cfg.actors.steps_per_task, explore))
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    release_actors(run_id)
+    steps = sum(r.stats.env_steps for r in results)
+    infer = sum(r.stats.inference_seconds for r in results)
+    return {"wall_s": sum(walls) / steps, "cpu_s": sum(cpus) / steps, "inference_wall_s": infer / steps}, results
+
+
+def measure_storage(cfg, store, store_url: str, results: List[Any], shards: int) -> Dict[str, float]:
+    """Shard write and commit per env step, shards of one round of actor tasks."""
+    from pipelines import stages
+    per = max(1, cfg.actors.num_actors)
+    groups = [results[i:i + per] for i in range(0, len(results), per)][:shards]
+    w = {"write_wall": 0.0, "write_cpu": 0.0, "commit_wall": 0.0, "commit_cpu": 0.0}
+    rows = 0
+    for g, group in enumerate(groups):
+        sid = stages.shard_id_for(g)
+        ww, wc, info = timed(lambda: stages.write_shard_stage(store_url, sid, group, cfg.replay.writer_options()), 1)
+        kw, kc, _ = timed(lambda: stages.commit_stage(store, [sid]), 1)
+        w["write_wall"] += ww
+        w["write_cpu"] += wc
+        w["commit_wall"] += kw
+        w["commit_cpu"] += kc
+        rows += info["rows"]
+    return {"write_s": w["write_wall"] / rows, "write_cpu_s": w["write_cpu"] / rows,
+            "commit_s": w["commit_wall"] / rows, "commit_cpu_s": w["commit_cpu"] / rows, "rows": rows}
+
+
+def measure_learner(cfg, builder, learner, store, calls: int) -> Dict[str, float]:
+    """``learn_stage`` per learner step, after one warm-up call (tf.function tracing)."""
+    from core.replay import ReplayCache
+    from pipelines import stages
+    cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
+    cache.refresh()
+    sampler = builder.make_sampler(cache, cfg.agent)
+    rng = np.random.default_rng(cfg.seed)
+    n, batch = cfg.learner.steps_per_call, cfg.agent.batch_size
+    stages.learn_stage(learner, sampler, n, batch, rng)
+    wall, cpu, _ = timed(lambda: stages.learn_stage(learner, sampler, n, batch, rng), calls)
+    return {"wall_s": wall / n, "cpu_s": cpu / n, "batch_size": batch, "steps_per_call": n,
+            "replay_rows": cache.size}
+
+
+def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_calls: int,
+            dask: bool) -> Dict[str, Any]:
+    """Every cost the model needs, for config ``cfg``."""
+    from core.agents.registry import get_builder
+    from core.envs import env_spec
+    from core.replay import ReplayStore
+    from pipelines.driver import configure_threads
+    configure_threads(cfg)
+    spec = env_spec(cfg.env.id)
+    builder = get_builder(cfg.agent.algo)
+    learner = builder.make_learner(spec, cfg.agent, cfg.seed)
+    model = learner.policy_model
+    calib = _calibration(cfg.env.id, cfg.actors.calibration_size, cfg.seed)
+    client = cluster = None
+    if dask:
+        from distributed import Client, LocalCluster
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+    out: Dict[str, Any] = {"env": measure_env(cfg, 200), "precisions": {}}
+    rollout_results: List[Any] = []
+    try:
+        for p in precisions:
+            version, payload = measure_version(model, p, calib, cfg.env.num_envs, cfg.threads.litert, repeats, client)
+            inference = measure_inference(payload, spec.obs_dim, sorted({1, cfg.env.num_envs}), 50,
+                                          cfg.threads.litert)
+            rollout, results = measure_rollouts(cfg, builder, payload, tasks, f"costs-{p}")
+            rollout_results += results
+            out["precisions"][p] = {"version": version, "inference": inference, "rollout": rollout}
+    finally:
+        if client is not None:
+            client.close()
+            cluster.close()
+    with tempfile.TemporaryDirectory(prefix="actorq-costs-") as tmp:
+        store_url = os.path.join(tmp, "replay")
+        store = ReplayStore.open_or_create(store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
+        out["storage"] = measure_storage(cfg, store, store_url, rollout_results, len(rollout_results))
+        out["learner"] = measure_learner(cfg, builder, learner, store, learner_calls)
+    return out
+
+
+# --------------------------------------------------------------------- model
+
+def setting(cfg, cores: Optional[int] = None) -> Dict[str, Any]:
+    """The config values the model reads."""
+    workers = cfg.dask.n_workers or cores or os.cpu_count() or 1
+    return {"replay_ratio": cfg.learner.replay_ratio, "num_actors": cfg.actors.num_actors,
+            "num_envs": cfg.env.num_envs, "broadcast_period": cfg.actors.broadcast_period,
+            "workers": workers if cfg.executor == "dask" else 1,
+            "cores": cores or os.cpu_count() or 1, "budget_env_steps": cfg.total_env_steps,
+            "executor": cfg.executor}
+
+
+def predict(costs: Dict[str, Any], s: Dict[str, Any], env_steps: Optional[int] = None) -> Dict[str, Any]:
+    """Whole-run env steps/s per precision (see the module docstring) and the ratio to fp32."""
+    r, n, period = s["replay_ratio"], s["num_actors"], s["broadcast_period"]
+    w = min(n, s["workers"])
+    sto, lrn = costs["storage"], costs["learner"]
+    out = {}
+    for p, c in costs["precisions"].items():
+        v = c["version"]
+        t_q = v["patch_s"] if v["patch_s"] is not None else v["convert_s"]
+        c_q = v["patch_cpu_s"] if v["patch_cpu_s"] is not None else v["convert_cpu_s"]
+        q = (r / period) * (c_q + n * v["load_cpu_s"] + (v.get("bcast_cpu_s") or 0.0))
+        a, c_a = c["rollout"]["wall_s"], c["rollout"]["cpu_s"]
+        bounds = {"actors": w / (a + sto["write_s"]),
+                  "learner": 1.0 / (r * lrn["wall_s"] + sto["commit_s"]),
+                  "cpu": s["cores"] / (c_a + sto["write_cpu_s"] + sto["commit_cpu_s"] + r * lrn["cpu_s"] + q)}
+        x = min(bounds.values())
+        e = env_steps or s["budget_env_steps"]
+        out[p] = {"env_steps_per_s": x, "bound": min(bounds, key=bounds.get), "bounds": bounds,
+                  "time_s": e / x, "version_s": t_q}
+    base = out.get("fp32", {}).get("env_steps_per_s")
+    for p in out:
+        out[p]["speedup_vs_fp32"] = out[p]["env_steps_per_s"] / base if base else None
+    return out
+
+
+# ----------------------------------------------------------------------- CLI
+
+def _table(costs: Dict[str, Any], pred: Dict[str, Any], s: Dict[str, Any]) -> None:
+    from pipelines.cli import print_table
+    lrn, sto, env = costs["learner"], costs["storage"], costs["env"]
+    print(f"\nenv step alone {env['wall_s'] * 1e6:.1f} us/step; learner {lrn['wall_s'] * 1e3:.1f} ms/step "
+          f"(CPU {lrn['cpu_s'] * 1e3:.1f} ms; batch {lrn['batch_size']}, {lrn['steps_per_call']}/call); "
+          f"shard write {sto['write_s'] * 1e6:.1f} us/step, commit {sto['commit_s'] * 1e6:.1f} us/step")
+    rows = []
+    for p, c in costs["precisions"].items():
+        v, inf = c["version"], c["inference"]
+        rows.append([p, *(f"{inf[b]['wall_s'] * 1e6:.1f}" for b in sorted(inf, key=int)),
+                     f"{c['rollout']['inference_wall_s'] * 1e6:.1f}", f"{c['rollout']['wall_s'] * 1e6:.1f}",
+                     f"{v['convert_s']:.3f}", "-" if v["patch_s"] is None else f"{v['patch_s'] * 1e3:.1f}",
+                     f"{v['load_s'] * 1e3:.1f}", "-" if v["bcast_s"] is None else f"{v['bcast_s'] * 1e3:.1f}",
+                     v["bytes"]])
+    batches = sorted(next(iter(costs["precisions"].values()))["inference"], key=int)
+    print_table(["precision", *(f"infer b={b} us/step" for b in batches), "infer in rollout us/step",
+                 "rollout us/step", "convert s", "patch ms", "load ms", "scatter ms", "bytes"], rows)
+    print(f"\nmodel: replay_ratio {s['replay_ratio']}, {s['num_actors']} actors x {s['num_envs']} envs on "
+          f"{min(s['num_actors'], s['workers'])} workers, {s['cores']} cores, broadcast every "
+          f"{s['broadcast_period']} learner steps")
+    print_table(["precision", "env steps/s", "bound", "actors", "learner", "cpu", "vs fp32",
+                 f"time for {s['budget_env_steps']} steps s"],
+                [[p, f"{x['env_steps_per_s']:.0f}", x["bound"], *(f"{x['bounds'][k]:.0f}" for k in
+                  ("actors", "learner", "cpu")), f"{x['speedup_vs_fp32']:.2f}x", f"{x['time_s']:.0f}"]
+                 for p, x in pred.items()])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from core.config import load_config
+    from pipelines.cli import cli_errors
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default=DEFAULT_CONFIG)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    ap.add_argument("--precisions", nargs="+", default=list(PRECISIONS))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tasks", type=int, default=4, help="rollout tasks per precision")
+    ap.add_argument("--learner-calls", type=int, default=2)
+    ap.add_argument("--cores", type=int, default=None, help="cores for the model (default: this machine's)")
+    ap.add_argument("--env-steps", type=int, default=None, help="env steps to target (default: the budget)")
+    ap.add_argument("--no-dask", action="store_true", help="skip the Dask scatter measurement")
+    ap.add_argument("--quick", action="store_true", help="1 repeat, 2 tasks, 1 learner call")
+    ap.add_argument("--predict", metavar="COSTS_JSON", help="model only, from a stored --out file")
+    ap.add_argument("--out", help="write costs, setting and prediction as JSON")
+    args = ap.parse_args(argv)
+    return cli_errors(_run)(args, load_config)
+
+
+def _load_costs(path: str) -> Dict[str, Any]:
+    from core.config import ConfigError
+    with open(path) as f:
+        try:
+            record = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--predict {path!r} is not JSON ({e.msg} at line {e.lineno}); valid: a file "
+                              f"written by --out") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise ConfigError(f"--predict {path!r} is not an actorq_costs record; valid: a file with schema {SCHEMA}")
+    return record["costs"]
+
+
+def _run(args, load_config) -> int:
+    from core.config import ConfigError
+    cfg = load_config(args.config, args.set)
+    if args.predict:
+        costs = _load_costs(args.predict)
+    else:
+        if args.quick:
+            args.repeats, args.tasks, args.learner_calls = 1, 2, 1
+        bad = [p for p in args.precisions if p not in ("fp32", "fp16", "int8-dynamic", "int8-full")]
+        if bad:
+            raise ConfigError(f"unknown precision {bad[0]!r}; valid: fp32, fp16, int8-dynamic, int8-full")
+        costs = measure(cfg, args.precisions, args.repeats, args.tasks, args.learner_calls, not args.no_dask)
+    s = setting(cfg, args.cores)
+    pred = predict(costs, s, args.env_steps)
+    _table(costs, pred, s)
+    if args.out:
+        record = {"schema": SCHEMA, "config": args.config, "overrides": args.set, "setting": s,
+                  "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "load_average": os.getloadavg(), "costs": costs, "prediction": pred}
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=2)
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

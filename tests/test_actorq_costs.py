@@ -1,0 +1,84 @@
+"""The cost model of benchmarks/actorq_costs.py: exact bounds from given costs, and its CLI's bad input.
+
+Measuring is a benchmark (not run here); these tests check the model's arithmetic
+and the one-line errors. Budget: well under a second.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import actorq_costs as ac
+
+
+def _costs(rollout_fp32=1e-3, rollout_int8=2.5e-4, learn=0.1):
+    def prec(rollout, patch):
+        return {"version": {"convert_s": 2.0, "convert_cpu_s": 2.0, "patch_s": patch, "patch_cpu_s": patch,
+                            "load_s": 0.01, "load_cpu_s": 0.01, "bcast_s": 0.05, "bcast_cpu_s": 0.05,
+                            "bytes": 1},
+                "inference": {}, "rollout": {"wall_s": rollout, "cpu_s": rollout, "inference_wall_s": 0.0}}
+    return {"env": {"wall_s": 1e-5, "cpu_s": 1e-5},
+            "precisions": {"fp32": prec(rollout_fp32, 0.1), "int8-full": prec(rollout_int8, None)},
+            "storage": {"write_s": 1e-4, "write_cpu_s": 1e-4, "commit_s": 1e-5, "commit_cpu_s": 1e-5, "rows": 1},
+            "learner": {"wall_s": learn, "cpu_s": learn, "batch_size": 64, "steps_per_call": 16}}
+
+
+SETTING = {"replay_ratio": 0.25, "num_actors": 4, "num_envs": 8, "broadcast_period": 250, "workers": 2,
+           "cores": 2, "budget_env_steps": 100_000, "executor": "dask"}
+
+
+def test_learner_bound_setting_predicts_no_int8_speedup():
+    pred = ac.predict(_costs(), SETTING)
+    # X_learner = 1 / (r * t_learn + t_commit) = 1 / (0.025 + 1e-5)
+    learner = 1 / (0.25 * 0.1 + 1e-5)
+    for p in ("fp32", "int8-full"):
+        assert pred[p]["bound"] == "learner"
+        assert pred[p]["env_steps_per_s"] == pytest.approx(learner)
+        assert pred[p]["time_s"] == pytest.approx(100_000 / learner)
+    assert pred["fp32"]["bounds"]["actors"] == pytest.approx(2 / (1e-3 + 1e-4))
+    assert pred["int8-full"]["speedup_vs_fp32"] == pytest.approx(1.0)
+
+
+def test_actor_bound_setting_predicts_the_amdahl_speedup():
+    s = dict(SETTING, replay_ratio=0.0001, cores=64, workers=64, num_actors=4)
+    pred = ac.predict(_costs(), s, env_steps=50_000)
+    # Actors bind: X = N / (A_p + S); 4 actors on 4 of the 64 workers.
+    fp32, int8 = 4 / (1e-3 + 1e-4), 4 / (2.5e-4 + 1e-4)
+    assert pred["fp32"]["bound"] == pred["int8-full"]["bound"] == "actors"
+    assert pred["fp32"]["env_steps_per_s"] == pytest.approx(fp32)
+    assert pred["int8-full"]["speedup_vs_fp32"] == pytest.approx(int8 / fp32)
+    assert pred["int8-full"]["time_s"] == pytest.approx(50_000 / int8)
+
+
+def test_cpu_bound_setting_charges_version_work():
+    s = dict(SETTING, replay_ratio=0.001, num_actors=64, workers=64, cores=2)
+    pred = ac.predict(_costs(), s)
+    # CPU per env step: rollout + write + commit + r * learn + (r / P) * (t_q + N * load + bcast)
+    q_fp32 = (0.001 / 250) * (0.1 + 64 * 0.01 + 0.05)      # patchable: patch
+    q_int8 = (0.001 / 250) * (2.0 + 64 * 0.01 + 0.05)      # int8-full: convert
+    cpu_fp32 = 2 / (1e-3 + 1e-4 + 1e-5 + 0.001 * 0.1 + q_fp32)
+    cpu_int8 = 2 / (2.5e-4 + 1e-4 + 1e-5 + 0.001 * 0.1 + q_int8)
+    assert pred["fp32"]["bound"] == "cpu" and pred["fp32"]["env_steps_per_s"] == pytest.approx(cpu_fp32)
+    assert pred["int8-full"]["env_steps_per_s"] == pytest.approx(cpu_int8)
+    assert pred["int8-full"]["version_s"] == 2.0 and pred["fp32"]["version_s"] == 0.1
+
+
+def test_predict_only_cli_and_its_errors(tmp_path, capsys):
+    good = tmp_path / "costs.json"
+    good.write_text(json.dumps({"schema": ac.SCHEMA, "costs": _costs()}))
+    out = tmp_path / "pred.json"
+    assert ac.main(["--predict", str(good), "--cores", "2", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["setting"]["replay_ratio"] == 0.25 and record["prediction"]["fp32"]["bound"] == "learner"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    cases = [(["--predict", str(bad)], f"error: --predict {str(bad)!r} is not JSON"),
+             (["--predict", str(tmp_path / "none.json")], "error: [Errno 2] No such file or directory"),
+             (["--predict", str(good), "--set", "learner.replay_ratio=-1"], "error: "),
+             (["--precisions", "int4"], "error: unknown precision 'int4'; valid: fp32, fp16, int8-dynamic, int8-full")]
+    for argv, start in cases:
+        capsys.readouterr()
+        assert ac.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(start) and err.count("\n") == 1, (argv, err)
