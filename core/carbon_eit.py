@@ -19,7 +19,7 @@ none copies its code:
    ``emissions.get_region_metrics.get_current_region_info``. It is replaced
    by the configured ``carbon.country``: region ``{"id": <zone>}`` and eit's
    own zone intensity (``ZONE_INFO``, electricityMap 2019) where eit has
-   that zone, else ``core.carbon``'s embedded table (said in ``detail``).
+   that zone, else ``core.carbon_model``'s embedded table (said in ``detail``).
    A region given as a dict also keeps eit's realtime California fetch off.
 3. RAPL root: eit hard-codes ``/sys/class/powercap/intel-rapl`` in
    ``cpu.rapl._is_rapl_compatible`` and ``RAPLSample.take_sample``. The walk
@@ -87,7 +87,7 @@ _LOGGER_NAME = "experiment_impact_tracker.compute_tracker.ImpactTracker"
 #: Columns eit's integrator indexes whether or not that device was sampled (0 = not measured).
 _MEASURED_COLUMNS = ("rapl_estimated_attributable_power_draw", "nvidia_estimated_attributable_power_draw",
                      "average_gpu_estimated_utilization_absolute")
-#: ISO-3166 alpha-3 -> alpha-2 for core.carbon's embedded countries (eit's zones are alpha-2 based).
+#: ISO-3166 alpha-3 -> alpha-2 for core.carbon_model's embedded countries (eit's zones are alpha-2 based).
 ALPHA2 = {"USA": "US", "CAN": "CA", "MEX": "MX", "BRA": "BR", "GBR": "GB", "IRL": "IE", "FRA": "FR",
           "DEU": "DE", "NLD": "NL", "BEL": "BE", "ESP": "ES", "ITA": "IT", "CHE": "CH", "SWE": "SE",
           "NOR": "NO", "FIN": "FI", "POL": "PL", "CHN": "CN", "IND": "IN", "JPN": "JP", "KOR": "KR",
@@ -242,7 +242,7 @@ def region_for(country: str, zone_info: Dict) -> Tuple[Dict, Dict]:
     if zone in zone_info:
         return ({"id": zone, "source": f"carbon.country={country}"},
                 dict(zone_info[zone], databloom_source=f"eit ZONE_INFO[{zone!r}]"))
-    from core.carbon import grid_intensity
+    from core.carbon_model import grid_intensity
     g, src = grid_intensity(country)
     return ({"id": zone, "source": f"carbon.country={country}"},
             {"carbonIntensity": g, "databloom_source": f"eit has no zone {zone!r}: {src}"})
