@@ -259,4 +259,3 @@ class EnergyTracker(Attribution):
         if note:
             self._notes.append(why + "; using process-time")
         return None, "process-time"
-

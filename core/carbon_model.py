@@ -64,4 +64,3 @@ def grid_intensity(country: str) -> Tuple[float, str]:
     if country in GRID_INTENSITY_G_PER_KWH:
         return GRID_INTENSITY_G_PER_KWH[country], "codecarbon 3.3.2 energy-mix table (OWID/Ember 2023)"
     return WORLD_INTENSITY_G_PER_KWH, f"no embedded value for {country}: world average (IEA 2019)"
-
