@@ -45,8 +45,6 @@ GRID_INTENSITY_G_PER_KWH: Dict[str, float] = {
 WORLD_INTENSITY_G_PER_KWH = 475.0
 
 
-# ----------------------------------------------------------------------------- math
-
 def process_time_energy_kwh(cpu_seconds: float, wall_s: float, *,
                             watts_per_thread: float = DEFAULT_WATTS_PER_THREAD,
                             ram_watts: float = 0.0, pue: float = 1.0) -> float:
