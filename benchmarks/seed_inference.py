@@ -64,14 +64,14 @@ def _local_actor(payload, env_id, num_envs, stack, seconds, actor_id, out, per_e
     out.put(steps / (time.perf_counter() - t0))
 
 
-def _central_actor(address, env_id, num_envs, seconds, actor_id, out):
+def _central_actor(endpoint, env_id, num_envs, seconds, actor_id, out):
     from core.inference.client import run_env_actor_task
     from core.rollout import ActorSpec
     spec = ActorSpec("bench", env_id, num_envs, 0, actor_id)
     # warm-up connection excluded: run for `seconds` worth of steps by time
     import threading
     result = {}
-    t = threading.Thread(target=lambda: result.update(run_env_actor_task(address, spec)), daemon=True)
+    t = threading.Thread(target=lambda: result.update(run_env_actor_task(endpoint, spec)), daemon=True)
     t0 = time.perf_counter()
     t.start()
     t.join(seconds + 60)
@@ -86,11 +86,13 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
     q = ctx.Queue()
     server = None
     if mode == "central":
+        from core.inference.endpoint import private_unix_socket
         from core.inference.server import InferenceServer
-        server = InferenceServer(f"unix:///tmp/db-bench-{os.getpid()}.sock", payload, env_spec(env_id),
+        plan = private_unix_socket()
+        server = InferenceServer(plan.bind, payload, env_spec(env_id),
                                  unroll_length=32, max_batch_size=actors * envs,
                                  max_wait_s=max_wait_ms / 1e3, frame_stack=stack).start()
-        procs = [ctx.Process(target=_central_actor, args=(server.address, env_id, envs, seconds, a, q))
+        procs = [ctx.Process(target=_central_actor, args=(server.endpoint(), env_id, envs, seconds, a, q))
                  for a in range(actors)]
     else:
         procs = [ctx.Process(target=_local_actor, args=(payload, env_id, envs, stack, seconds, a, q,
@@ -114,6 +116,7 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
         for p in procs:
             p.join(30)
         server.stop()
+        plan.cleanup()
         sps = steps / wall
     else:
         rates = [q.get(timeout=seconds + 120) for _ in procs]

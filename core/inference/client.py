@@ -15,12 +15,16 @@ Faults:
 * **unreachable address**: after ``give_up_s`` without a working connection
   the task fails with :class:`InferenceUnavailable`, a one-line message naming
   the address and how long it tried;
-* a server that rejects the actor's messages (``INVALID_ARGUMENT``) is a bug:
-  raised at once, no retry.
+* a server that rejects the actor's messages (``INVALID_ARGUMENT``) or its
+  token (``UNAUTHENTICATED``) will reject it again: raised at once, no retry.
+
+The actor is handed a :class:`core.inference.endpoint.ServerEndpoint`: the
+address, the run token (sent as metadata on every stream) and, with TLS, the
+certificate it trusts (then the channel is ``grpc.secure_channel``).
 
 Example::
 
-    stats = run_env_actor_task("unix:///tmp/db.sock", ActorSpec("r", "CartPole-v1", 8, 0, 0))
+    stats = run_env_actor_task(server.endpoint(), ActorSpec("r", "CartPole-v1", 8, 0, 0))
     stats["env_steps"], stats["reconnects"]
 """
 from __future__ import annotations
@@ -41,10 +45,10 @@ class InferenceUnavailable(ConnectionError):
 class _Session:
     """One bidi stream: a request queue feeding gRPC and the response iterator."""
 
-    def __init__(self, channel, spec, obs_shape, obs_dtype: str):
+    def __init__(self, channel, spec, obs_shape, obs_dtype: str, metadata=()):
         self.requests: "queue.Queue[Optional[bytes]]" = queue.Queue()
         call = channel.stream_stream(protocol.METHOD)      # bytes in, bytes out
-        self.responses = call(iter(self.requests.get, None))
+        self.responses = call(iter(self.requests.get, None), metadata=metadata)
         self.call = self.responses
         self.send({"kind": "hello", "actor_id": spec.actor_id, "num_envs": spec.num_envs, "env_id": spec.env_id,
                    "obs_shape": list(obs_shape), "obs_dtype": obs_dtype})
@@ -69,37 +73,44 @@ def _retryable(err: Exception) -> bool:
     if isinstance(err, grpc.FutureTimeoutError):
         return True
     if isinstance(err, grpc.RpcError):
-        return err.code() not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED)
+        return err.code() not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED,
+                                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
     return isinstance(err, StopIteration)
 
 
-def run_env_actor_task(address: str, spec, max_env_steps: Optional[int] = None, give_up_s: float = 30.0,
+def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give_up_s: float = 30.0,
                        backoff_s: float = 0.05, max_backoff_s: float = 2.0, connect_timeout_s: float = 2.0,
                        max_message_bytes: int = 16 << 20) -> Dict[str, Any]:
     """Run one env-only actor until the server says stop (or ``max_env_steps``); returns its stats.
 
     Args:
-      address: ``unix:///path.sock`` or ``host:port``.
+      endpoint: a :class:`core.inference.endpoint.ServerEndpoint` (address ``unix:///path.sock``
+        or ``host:port``, run token, TLS root certificate or None).
       spec: a :class:`core.rollout.ActorSpec` (env id, num_envs, seed, actor id).
       max_env_steps: stop after this many env steps (None: until the server's stop).
       give_up_s: fail with :class:`InferenceUnavailable` after this long without a connection.
     """
     import grpc
-    from core.envs import make_vector_env
+    from core.envs import env_spec, make_vector_env
+    address = endpoint.address
     opts = [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)]
+    creds = (grpc.ssl_channel_credentials(root_certificates=endpoint.root_certificates)
+             if endpoint.root_certificates else None)
+    espec = env_spec(spec.env_id)
     env_steps, reconnects, episodes, sessions = 0, -1, 0, 0
     down_since: Optional[float] = None
     delay = backoff_s
     last_err: Optional[Exception] = None
     start = time.perf_counter()
     while max_env_steps is None or env_steps < max_env_steps:
-        channel = grpc.insecure_channel(address, options=opts)
+        channel = (grpc.secure_channel(address, creds, options=opts) if creds is not None
+                   else grpc.insecure_channel(address, options=opts))
         session = None
         envs = None
         try:
             grpc.channel_ready_future(channel).result(timeout=connect_timeout_s)
-            session = _Session(channel, spec, _obs_shape(spec.env_id), "")
+            session = _Session(channel, spec, espec.obs_shape, espec.obs_dtype, endpoint.metadata)
             sessions += 1
             reconnects += 1
             down_since, delay = None, backoff_s
@@ -142,11 +153,6 @@ def run_env_actor_task(address: str, spec, max_env_steps: Optional[int] = None, 
                 envs.close()
             channel.close()
     return _stats(spec, env_steps, max(reconnects, 0), episodes, start, stopped=False)
-
-
-def _obs_shape(env_id: str):
-    from core.envs import env_spec
-    return env_spec(env_id).obs_shape
 
 
 def _stats(spec, env_steps: int, reconnects: int, episodes: int, start: float, stopped: bool) -> Dict[str, Any]:
