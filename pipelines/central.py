@@ -175,6 +175,8 @@ class CentralTrainer(Trainer):
                 try:
                     fut.result(timeout=10)
                 except Exception:  # an actor lost with its worker does not fail the finished run
+                    pass
+                if not fut.done():  # never leave an actor behind to retry a server that is going away
                     fut.cancel()
             self.server.stop()
             evaluator.shutdown(wait=True)
@@ -189,6 +191,10 @@ class CentralTrainer(Trainer):
         next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
         last_ckpt_step = last_broadcast_step = self.learner.steps
         slack = cfg.env.num_envs * cfg.actors.steps_per_task * cfg.actors.num_actors
+        # Actors may run this far ahead of learner_steps / replay_ratio. Committed rows trail the
+        # allowed env steps by at most one unfinished unroll per actor (slack) plus one unflushed
+        # shard, so allowing min_size on top of both means the learner always gets its next rows.
+        head = slack + self._flush_rows() + cfg.replay.min_size
         stop = False
         bar = self._progress_bar()
         t_log = time.time()
@@ -226,8 +232,9 @@ class CentralTrainer(Trainer):
                     busy = True
                     if self.learner.steps % 100 < n:
                         self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"])
-                self.server.set_step_budget(int(self.learner.steps / cfg.learner.replay_ratio)
-                                            + slack + cfg.replay.min_size)
+            # Always bounded, also before the first learner step: a slow first step (R2D2 traces a
+            # 40-step unroll for seconds) must not let actors run through the whole budget meanwhile.
+            self.server.set_step_budget(int(self.learner.steps / cfg.learner.replay_ratio) + head)
             # 4. policy versions go to the server, not to actors; so do exploration parameters.
             self.server.explore = self._exploration()
             self._poll_async_version()
@@ -236,7 +243,7 @@ class CentralTrainer(Trainer):
                 self._new_version(blocking=False)
             # 5. evaluation in a background thread (actor tasks occupy the workers).
             if self.loop.env_steps >= next_eval and self.learner.steps > 0:
-                next_eval += cfg.eval.every_env_steps
+                next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
                 self.n_evals += 1
                 evals.append(evaluator.submit(
                     _evaluation_task, self.payload, cfg.env.id, cfg.eval.episodes,

@@ -131,8 +131,15 @@ def test_server_unrolls_follow_the_rlds_contract(payload, spec):
     _run_actor(server.endpoint(), 3, 4 * 300, out)
     batches = server.drain()
     episodes = server.pop_episodes()
+    stats = server.stats()
     server.stop()
     assert out[3]["env_steps"] == 1200 and len(batches) == 299 // 16    # the 300th row waits for its reward
+    # the step profile: every server phase and the actor's side, per request, and they nest
+    from core.inference.server import PHASES
+    assert list(stats["step_ms"]) == list(PHASES) and all(v >= 0 for v in stats["step_ms"].values())
+    assert set(out[3]["step_ms"]) == {"encode", "round_trip", "env_step"}
+    assert sum(stats["step_ms"].values()) < out[3]["step_ms"]["round_trip"]     # the handler runs inside it
+    assert stats["step_ms"]["batched_inference"] >= stats["queued_ms_mean"] > 0
     b = batches[0]
     assert b.reward.shape == (16, 4) and b.extras["logits"].shape == (16, 4, 2)
     rows = {k: np.concatenate([getattr(x, k) for x in batches]) for k in
@@ -226,7 +233,8 @@ def test_unreachable_address_fails_after_backoff_with_one_line_error():
     from core.inference.endpoint import ServerEndpoint
     t0 = time.perf_counter()
     with pytest.raises(InferenceUnavailable) as err:
-        run_env_actor_task(ServerEndpoint("unix:///tmp/databloom-nobody-listens.sock", "t"), ActorSpec("t", "CartPole-v1", 2, 0, 0),
+        run_env_actor_task(ServerEndpoint("unix:///tmp/databloom-nobody-listens.sock", "t"),
+                           ActorSpec("t", "CartPole-v1", 2, 0, 0),
                            give_up_s=1.0, connect_timeout_s=0.2)
     msg = str(err.value)
     assert time.perf_counter() - t0 < 10 and "\n" not in msg
@@ -482,6 +490,23 @@ def test_vtrace_learns_cartpole_with_central_inference(tmp_path):
     summary = train(cfg, str(tmp_path / "run"), progress=False)
     assert summary["best_eval_return"] >= 200, summary
     assert summary["inference"]["batches"] > 0 and summary["inference"]["rejected"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_step_budget_never_starves_the_learner(tmp_path):
+    """min_size above one shard of rows plus unfinished unrolls: the actors' budget still lets replay fill.
+
+    2 actors x 4 envs x 20-step unrolls (160 rows in flight), shards of 512 rows,
+    min_size 600: a budget of min_size + in-flight rows stalls with 560 committed rows.
+    """
+    from core.config import load_config
+    from pipelines.train import train
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"),
+                      ["executor=local", "inference=central", "total_env_steps=2400", "env.num_envs=4",
+                       "actors.num_actors=2", "actors.steps_per_task=20", "replay.min_size=600",
+                       "learner.replay_ratio=0.01", "eval.every_env_steps=1000000"])
+    summary = train(cfg, str(tmp_path / "run"), progress=False)
+    assert summary["env_steps"] >= 2400 and summary["learner_steps"] > 0
 
 
 @pytest.mark.timeout(180)

@@ -103,6 +103,7 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
     delay = backoff_s
     last_err: Optional[Exception] = None
     start = time.perf_counter()
+    prof = {"encode": 0.0, "round_trip": 0.0, "env_step": 0.0, "steps": 0}   # seconds summed over steps
     while max_env_steps is None or env_steps < max_env_steps:
         channel = (grpc.secure_channel(address, creds, options=opts) if creds is not None
                    else grpc.insecure_channel(address, options=opts))
@@ -122,12 +123,19 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
             term = np.zeros(e, bool)
             trunc = np.zeros(e, bool)
             while max_env_steps is None or env_steps < max_env_steps:
+                t0 = time.perf_counter()
                 session.send({"kind": "step"}, {"observation": obs, "reward": reward.astype(np.float32),
                                                 "terminated": term, "truncated": trunc})
+                t1 = time.perf_counter()
                 header, arrays = session.receive("actions")
+                t2 = time.perf_counter()
                 if header.get("stop"):
-                    return _stats(spec, env_steps, reconnects, episodes, start, stopped=True)
+                    return _stats(spec, env_steps, reconnects, episodes, start, stopped=True, profile=prof)
                 obs, reward, term, trunc, _ = envs.step(arrays["action"])
+                prof["encode"] += t1 - t0
+                prof["round_trip"] += t2 - t1
+                prof["env_step"] += time.perf_counter() - t2
+                prof["steps"] += 1
                 episodes += int((term | trunc).sum())
                 env_steps += e
         except Exception as err:  # noqa: BLE001  (classified below)
@@ -152,10 +160,15 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
             if envs is not None:
                 envs.close()
             channel.close()
-    return _stats(spec, env_steps, max(reconnects, 0), episodes, start, stopped=False)
+    return _stats(spec, env_steps, max(reconnects, 0), episodes, start, stopped=False, profile=prof)
 
 
-def _stats(spec, env_steps: int, reconnects: int, episodes: int, start: float, stopped: bool) -> Dict[str, Any]:
+def _stats(spec, env_steps: int, reconnects: int, episodes: int, start: float, stopped: bool,
+           profile: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+    """The actor's counters; ``step_ms``: ms per step encoding, waiting for the reply (round trip), stepping."""
     seconds = time.perf_counter() - start
+    n = max((profile or {}).get("steps", 0), 1)
+    step_ms = {k: 1e3 * v / n for k, v in (profile or {}).items() if k != "steps"}
     return {"actor_id": spec.actor_id, "env_steps": env_steps, "reconnects": reconnects, "episodes": episodes,
-            "seconds": seconds, "env_steps_per_s": env_steps / max(seconds, 1e-9), "stopped_by_server": stopped}
+            "seconds": seconds, "env_steps_per_s": env_steps / max(seconds, 1e-9), "stopped_by_server": stopped,
+            "step_ms": step_ms}

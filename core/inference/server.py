@@ -32,6 +32,11 @@ bidirectional stream. The server
   trainer drains with :meth:`drain` and writes as replay shards through the
   commit log.
 
+``stats()["step_ms"]`` says where a request's time goes on the server (ms
+per request, :data:`PHASES`); the actor's own ``step_ms`` adds its side, and
+the difference of the two round trips is gRPC and the transport
+(``python -m benchmarks.seed_inference --profile``).
+
 A stream that breaks (actor killed, network) just ends: its unfinished unroll
 is dropped and a reconnecting actor starts fresh episodes on a new connection
 number. ``step_budget`` throttles actors when the learner falls behind its
@@ -63,6 +68,10 @@ from core.inference import protocol
 from core.inference.batching import DynamicBatcher
 from core.inference.unrolls import UnrollAssembler
 from core.trajectory import TrajectoryBatch
+
+
+#: Phases of one request on the server, in order (``stats()["step_ms"]``, ms per request).
+PHASES = ("decode", "budget_wait", "prepare", "batched_inference", "select_and_assemble", "encode")
 
 
 class FrameStacker:
@@ -110,7 +119,8 @@ class InferenceServer:
     """
 
     def __init__(self, address: str, payload, spec, unroll_length: int = 32, selector: str = "categorical",
-                 explore: Union[None, Dict[str, float], Callable[[int], Dict[str, float]]] = None, max_batch_size: int = 64, max_wait_s: float = 0.002,
+                 explore: Union[None, Dict[str, float], Callable[[int], Dict[str, float]]] = None,
+                 max_batch_size: int = 64, max_wait_s: float = 0.002,
                  frame_stack: int = 1, max_message_bytes: int = 16 << 20, max_streams: int = 64,
                  litert_threads: int = 1, first_connection: int = 0, seed: int = 0,
                  token: Optional[str] = None, tls: Optional[tuple] = None):
@@ -147,6 +157,9 @@ class InferenceServer:
         self.connections_opened = 0
         self._server = None
         self._t0 = time.perf_counter()
+        # Seconds per phase of a step, summed over requests (stats()["step_ms"]): where a central step goes.
+        self._phase_s: Dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._phase_n = 0
 
     # -- lifecycle ------------------------------------------------------------
     def start(self) -> "InferenceServer":
@@ -241,7 +254,9 @@ class InferenceServer:
 
     def stats(self) -> Dict[str, Any]:
         el = max(time.perf_counter() - self._t0, 1e-9)
-        return {**self.batcher.stats(), "env_steps": self.env_steps, "requests_per_s": self.batcher.requests / el,
+        step_ms = {k: 1e3 * v / max(self._phase_n, 1) for k, v in self._phase_s.items()}
+        return {**self.batcher.stats(), "step_ms": step_ms, "env_steps": self.env_steps,
+                "requests_per_s": self.batcher.requests / el,
                 "active_streams": self.active_streams, "rejected": self.rejected,
                 "unauthenticated": self.unauthenticated, "tls": self.tls is not None,
                 "connections": self.connections_opened, "address": self.address}
@@ -320,6 +335,7 @@ class InferenceServer:
         try:
             yield protocol.encode({"kind": "welcome", "connection": stream.connection})
             for raw in request_iterator:
+                t0 = time.perf_counter()
                 try:
                     header, arrays = protocol.decode(raw, self.max_message_bytes)
                     protocol.expect(header, "step")
@@ -329,12 +345,17 @@ class InferenceServer:
                 if self._stop.is_set():
                     yield protocol.encode({"kind": "actions", "stop": True})
                     return
+                t1 = time.perf_counter()
                 self._wait_for_budget(e)
                 if self._closing.is_set():
                     context.abort(grpc.StatusCode.UNAVAILABLE, "inference server is shutting down")
-                action = self._step(stream, arrays)
-                yield protocol.encode({"kind": "actions", "stop": self._stop.is_set()},
-                                      {"action": action.astype(np.int64)})
+                t2 = time.perf_counter()
+                action, times = self._step(stream, arrays)
+                t3 = time.perf_counter()
+                reply = protocol.encode({"kind": "actions", "stop": self._stop.is_set()},
+                                        {"action": action.astype(np.int64)})
+                self._record(t1 - t0, t2 - t1, *times, time.perf_counter() - t3)
+                yield reply
         finally:
             self._close_stream(stream)
 
@@ -357,8 +378,19 @@ class InferenceServer:
             if self._carries.get(stream.actor_id, (None,))[0] == stream.connection:
                 del self._carries[stream.actor_id]
 
-    def _step(self, stream: "_Stream", arrays: Dict[str, np.ndarray]) -> np.ndarray:
-        """One step of a stream's envs: batched inference, action selection, the unroll row."""
+    def _record(self, *seconds: float) -> None:
+        with self._lock:
+            for k, v in zip(PHASES, seconds):
+                self._phase_s[k] += v
+            self._phase_n += 1
+
+    def _step(self, stream: "_Stream", arrays: Dict[str, np.ndarray]) -> Tuple[np.ndarray, Tuple[float, ...]]:
+        """One step of a stream's envs: batched inference, action selection, the unroll row.
+
+        Returns the actions and the seconds spent preparing the input, in the
+        batcher (queueing + policy) and selecting/assembling.
+        """
+        t0 = time.perf_counter()
         obs, unrolls, e = arrays["observation"], stream.unrolls, stream.unrolls.num_envs
         new_episode = (np.ones(e, bool) if unrolls.pending is None else
                        unrolls.pending["terminated"] | unrolls.pending["truncated"])
@@ -366,7 +398,9 @@ class InferenceServer:
         carried: Dict[str, np.ndarray] = {}
         if stream.carry is not None:     # [obs, h, c] rows, zeroed at episode starts
             x, carried = stream.carry.inputs(x, new_episode)
+        t1 = time.perf_counter()
         out = self.batcher.submit(x).result()
+        t2 = time.perf_counter()
         version = self.policy.version
         if stream.carry is not None:
             out = stream.carry.absorb(out)
@@ -377,7 +411,7 @@ class InferenceServer:
             self._unrolls.append(batch)
         rets, lens = unrolls.pop_episodes()
         self._episodes.extend(zip(rets, lens))
-        return action
+        return action, (t1 - t0, t2 - t1, time.perf_counter() - t2)
 
 
 class _Stream:
