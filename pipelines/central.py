@@ -143,7 +143,11 @@ class CentralTrainer(Trainer):
         self._new_version(blocking=True)
         plan = server_listen_plan(self.cfg)
         try:
-            self.server = self._start_server(plan)
+            try:
+                self.server = self._start_server(plan)
+            except BaseException:
+                self._shutdown()    # checkpointer, quantizer threads and the metrics log
+                raise
             return self._serve()
         finally:
             plan.cleanup()          # the private socket directory goes with the run
@@ -159,7 +163,13 @@ class CentralTrainer(Trainer):
             max_batch_size=max(cfg.env.num_envs * cfg.actors.num_actors, 1), max_wait_s=0.002,
             frame_stack=getattr(cfg.agent, "frame_stack", 1), litert_threads=cfg.threads.litert,
             first_connection=self.loop.shard_seq << 8, seed=cfg.seed, token=new_token(),
-            tls=server_tls(cfg)).start()
+            tls=server_tls(cfg))
+        try:
+            server.start()
+        except OSError as e:   # e.g. inference_server.bind_host names no interface of this host
+            from core.config import ConfigError
+            raise ConfigError(f"{e}; valid: inference_server.bind_host = an address of this host, "
+                              f"or null for the default") from None
         self.endpoint = server.endpoint(plan.dial_address(server.port))
         return server
 

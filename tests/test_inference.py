@@ -390,6 +390,18 @@ def test_bound_address_is_not_a_wildcard_in_the_dask_setup(payload, spec):
         server.stop()
 
 
+def test_a_bind_host_of_another_machine_is_a_one_line_error(payload, spec, tmp_path):
+    from core.config import ConfigError, load_config
+    from pipelines.train import train
+    with pytest.raises(OSError, match="could not bind '192.0.2.1:0'"):
+        _server(payload, spec, address="192.0.2.1:0")                     # TEST-NET-1: never local
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"),
+                      ["executor=local", "inference=central", "inference_server.bind_host=192.0.2.1"])
+    with pytest.raises(ConfigError, match="valid: inference_server.bind_host = an address of this host") as err:
+        train(cfg, str(tmp_path / "r"), progress=False)
+    assert "\n" not in str(err.value)
+
+
 def test_unix_socket_lives_in_a_private_directory(payload, spec):
     import stat
     from core.config import load_config

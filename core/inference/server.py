@@ -173,15 +173,19 @@ class InferenceServer:
         handler = grpc.stream_stream_rpc_method_handler(self._act)   # raw bytes in/out
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(protocol.SERVICE, {"Act": handler}),))
-        if self.tls is not None:
-            cert_chain, key = self.tls
-            creds = grpc.ssl_server_credentials([(key, cert_chain)])
-            port = self._server.add_secure_port(self.address, creds)
-        else:
-            port = self._server.add_insecure_port(self.address)
+        try:
+            if self.tls is not None:
+                cert_chain, key = self.tls
+                creds = grpc.ssl_server_credentials([(key, cert_chain)])
+                port = self._server.add_secure_port(self.address, creds)
+            else:
+                port = self._server.add_insecure_port(self.address)
+        except RuntimeError:    # grpc >= 1.5x raises instead of returning 0
+            port = 0
         self.port = port
         if port == 0 and not self.address.startswith("unix:"):
-            raise OSError(f"inference server could not bind {self.address!r}")
+            raise OSError(f"inference server could not bind {self.address!r} (not an address of this host, "
+                          f"or in use)")
         if not self.address.startswith("unix:") and self.address.rsplit(":", 1)[-1] == "0":
             self.address = f"{self.address.rsplit(':', 1)[0]}:{port}"
         self._server.start()
