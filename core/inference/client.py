@@ -8,7 +8,8 @@ Faults:
 
 * **reconnect = fresh env state** (SEED's run_id): every (re)connection
   rebuilds and reseeds the envs and starts new episodes, so the server never
-  has to splice a half-seen episode;
+  has to splice a half-seen episode (and a recurrent policy's state starts
+  from zero: the server drops the old connection's);
 * **server restart**: a broken stream (UNAVAILABLE, CANCELLED, ...) is
   retried with exponential backoff (``backoff_s`` doubling up to
   ``max_backoff_s``) and the actor continues;
