@@ -64,18 +64,19 @@ def _local_actor(payload, env_id, num_envs, stack, seconds, actor_id, out, per_e
     out.put(steps / (time.perf_counter() - t0))
 
 
-def _central_actor(address, env_id, num_envs, seconds, actor_id, out):
+def _central_actor(endpoint, env_id, num_envs, seconds, actor_id, out):
     from core.inference.client import run_env_actor_task
     from core.rollout import ActorSpec
     spec = ActorSpec("bench", env_id, num_envs, 0, actor_id)
     # warm-up connection excluded: run for `seconds` worth of steps by time
     import threading
     result = {}
-    t = threading.Thread(target=lambda: result.update(run_env_actor_task(address, spec)), daemon=True)
+    t = threading.Thread(target=lambda: result.update(run_env_actor_task(endpoint, spec)), daemon=True)
     t0 = time.perf_counter()
     t.start()
     t.join(seconds + 60)
-    out.put(result.get("env_steps", 0) / max(result.get("seconds", time.perf_counter() - t0), 1e-9))
+    out.put((result.get("env_steps", 0) / max(result.get("seconds", time.perf_counter() - t0), 1e-9),
+             result.get("step_ms", {})))
 
 
 def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
@@ -86,11 +87,13 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
     q = ctx.Queue()
     server = None
     if mode == "central":
+        from core.inference.endpoint import private_unix_socket
         from core.inference.server import InferenceServer
-        server = InferenceServer(f"unix:///tmp/db-bench-{os.getpid()}.sock", payload, env_spec(env_id),
+        plan = private_unix_socket()
+        server = InferenceServer(plan.bind, payload, env_spec(env_id),
                                  unroll_length=32, max_batch_size=actors * envs,
                                  max_wait_s=max_wait_ms / 1e3, frame_stack=stack).start()
-        procs = [ctx.Process(target=_central_actor, args=(server.address, env_id, envs, seconds, a, q))
+        procs = [ctx.Process(target=_central_actor, args=(server.endpoint(), env_id, envs, seconds, a, q))
                  for a in range(actors)]
     else:
         procs = [ctx.Process(target=_local_actor, args=(payload, env_id, envs, stack, seconds, a, q,
@@ -111,10 +114,13 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
         wall = time.perf_counter() - t0
         stats = dict(server.stats(), requests=server.batcher.requests - r0)
         server.request_stop()
+        client = [q.get(timeout=30)[1] for _ in procs]
         for p in procs:
             p.join(30)
         server.stop()
+        plan.cleanup()
         sps = steps / wall
+        stats["client_step_ms"] = {k: float(np.mean([c.get(k, np.nan) for c in client])) for k in client[0]}
     else:
         rates = [q.get(timeout=seconds + 120) for _ in procs]
         for p in procs:
@@ -124,7 +130,31 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms):
             "precision": precision, "env_steps_per_s": sps, "frames_per_s": sps * skip,
             "requests_per_s": stats.get("requests", 0) / seconds if stats else None,
             "batch_fill": stats.get("mean_fill"), "latency_ms_p50": stats.get("latency_ms_p50"),
-            "latency_ms_p90": stats.get("latency_ms_p90"), "latency_ms_p99": stats.get("latency_ms_p99")}
+            "latency_ms_p90": stats.get("latency_ms_p90"), "latency_ms_p99": stats.get("latency_ms_p99"),
+            "server_step_ms": stats.get("step_ms"), "client_step_ms": stats.get("client_step_ms"),
+            "queued_ms_mean": stats.get("queued_ms_mean"), "infer_ms_per_batch": stats.get("infer_ms_per_batch"),
+            "rows_per_batch": stats["rows"] / max(stats["batches"], 1) if stats else None}
+
+
+def breakdown(row) -> str:
+    """Where one central step goes, ms per request (one actor's step of all its envs).
+
+    Client: encode the request, wait for the reply (round trip), step the envs.
+    Server, inside the round trip: decode + validate, step-budget wait, input
+    preparation (frame stack, recurrent state), batched inference (queueing for
+    a batch + the policy call), action selection + unroll assembly, encode.
+    The rest of the round trip is gRPC and the transport (serialization into
+    gRPC's buffers, the unix socket, thread hand-offs) plus decoding the reply.
+    """
+    c, srv = row["client_step_ms"], row["server_step_ms"]
+    handler = sum(srv.values())
+    infer_share = row["infer_ms_per_batch"] / max(row["rows_per_batch"], 1e-9) * row["envs_per_actor"]
+    lines = [f"  client  env step {c['env_step']:.3f}  encode {c['encode']:.3f}  round trip {c['round_trip']:.3f}",
+             "  server  " + "  ".join(f"{k} {v:.3f}" for k, v in srv.items()) + f"  (handler {handler:.3f})",
+             f"  batcher queued {row['queued_ms_mean']:.3f}  policy call {row['infer_ms_per_batch']:.3f}/batch of "
+             f"{row['rows_per_batch']:.1f} rows (this request's share {infer_share:.3f})",
+             f"  grpc + transport + reply decode = round trip - handler = {c['round_trip'] - handler:.3f}"]
+    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -139,6 +169,7 @@ def main(argv=None):
     p.add_argument("--central-precision", default="fp32")
     p.add_argument("--max-wait-ms", type=float, default=2.0)
     p.add_argument("--out", default="benchmarks/seed_inference.json")
+    p.add_argument("--profile", action="store_true", help="print where each central step's time goes")
     args = p.parse_args(argv)
     rows = []
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {platform.processor() or platform.machine()} "
@@ -155,6 +186,8 @@ def main(argv=None):
                     print(f"{mode:8s} {net:4s} {a:6d} {e:4d} {prec:6s} {r['env_steps_per_s']:11.0f} "
                           f"{r['frames_per_s']:9.0f} {f(r['requests_per_s'], '6.0f')} {f(r['batch_fill'], '5.2f')} "
                           f"{f(r['latency_ms_p50'], '6.2f')} {f(r['latency_ms_p99'], '6.2f')}", flush=True)
+                    if args.profile and mode == "central":
+                        print(breakdown(r), flush=True)
     with open(args.out, "w") as fh:
         json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "rows": rows}, fh, indent=1)
 

@@ -107,6 +107,15 @@ class DaskConfig:
 
 
 @dataclasses.dataclass
+class InferenceServerConfig:
+    """The central inference server (``inference: central``; core.inference.endpoint)."""
+    bind_host: Optional[str] = None    # None: unix socket (local), 127.0.0.1 (LocalCluster), or the
+                                       # interface routing to dask.address; a wildcard is never the default
+    tls_cert: Optional[str] = None     # PEM certificate chain; with tls_key, actors connect over TLS
+    tls_key: Optional[str] = None      # PEM private key of tls_cert
+
+
+@dataclasses.dataclass
 class CarbonConfig:
     """Energy/CO2e accounting per run (core.carbon)."""
     backend: Literal["auto", "codecarbon", "eit", "process-time", "off"] = "auto"
@@ -137,6 +146,7 @@ class Config:
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     dask: DaskConfig = dataclasses.field(default_factory=DaskConfig)
+    inference_server: InferenceServerConfig = dataclasses.field(default_factory=InferenceServerConfig)
     carbon: CarbonConfig = dataclasses.field(default_factory=CarbonConfig)
     threads: ThreadsConfig = dataclasses.field(default_factory=ThreadsConfig)
 
@@ -305,6 +315,11 @@ def validate(cfg: Config) -> Config:
     if cfg.checkpoint.engine == "dask" and cfg.executor != "dask":
         raise ConfigError(f"checkpoint.engine 'dask' needs executor 'dask', not {cfg.executor!r};"
                           " valid: checkpoint.engine auto")
+    from core.inference.endpoint import EndpointError, check_config
+    try:
+        check_config(cfg.inference_server)
+    except EndpointError as e:
+        raise ConfigError(str(e)) from None
     builder = get_builder(cfg.agent.algo)
     builder.check_env(env_spec(cfg.env.id))
     builder.check_config(cfg)

@@ -19,17 +19,19 @@ Everything else (setup, versions, evaluation bookkeeping, checkpoints, the
 final fp32/int8 evaluation and summary) is the driver's
 (:class:`pipelines.driver.Trainer`), reused unchanged.
 
-Addresses: a unix-domain socket for the local executor
-(``unix:///tmp/databloom-<run>.sock``), TCP on ``127.0.0.1`` (an ephemeral
-port) for a Dask LocalCluster, and the host's address when joining a remote
-Dask scheduler.
+Addresses (:mod:`core.inference.endpoint`): a unix-domain socket in a private
+0700 directory for the local executor, TCP on ``127.0.0.1`` (an ephemeral
+port) for a Dask LocalCluster, and the interface that routes to the scheduler
+when joining a remote Dask cluster (``inference_server.bind_host`` overrides;
+never a wildcard by default). Every actor is handed a
+:class:`~core.inference.endpoint.ServerEndpoint` with the address it can
+dial, the run's secret token and, with ``inference_server.tls_cert``, the
+certificate to trust.
 """
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import socket
-import tempfile
+import functools
 import time
 from collections import deque
 from typing import Any, Dict, List
@@ -40,12 +42,24 @@ from pipelines import stages
 from pipelines.driver import Trainer
 
 
-def server_address(cfg, run_id: str) -> str:
-    """unix socket for local runs, TCP for Dask workers (see module docstring)."""
-    if cfg.executor == "local":
-        return f"unix://{os.path.join(tempfile.gettempdir(), f'databloom-{os.getpid()}-{abs(hash(run_id)) % 10**8}.sock')}"
-    host = "127.0.0.1" if not cfg.dask.address else socket.gethostbyname(socket.gethostname())
-    return f"{host}:0" if not cfg.dask.address else f"0.0.0.0:0"
+def server_listen_plan(cfg):
+    """Where this run's inference server listens and what actors dial (see module docstring)."""
+    from core.config import ConfigError
+    from core.inference.endpoint import EndpointError, listen_plan
+    try:
+        return listen_plan(cfg.executor, cfg.dask.address, cfg.inference_server.bind_host)
+    except EndpointError as e:
+        raise ConfigError(str(e)) from None
+
+
+def server_tls(cfg):
+    """``(cert chain, key)`` PEM bytes from ``inference_server.tls_cert/tls_key``, or None."""
+    from core.config import ConfigError
+    from core.inference.endpoint import EndpointError, load_tls
+    try:
+        return load_tls(cfg.inference_server.tls_cert, cfg.inference_server.tls_key)
+    except EndpointError as e:      # checked at config time; a file removed since is still one line
+        raise ConfigError(str(e)) from None
 
 
 class _ProcessFuture:
@@ -68,9 +82,9 @@ class _ProcessFuture:
             self.process.terminate()
 
 
-def _actor_process(address: str, spec) -> None:
+def _actor_process(endpoint, spec) -> None:
     from core.inference.client import run_env_actor_task
-    run_env_actor_task(address, spec)
+    run_env_actor_task(endpoint, spec)
 
 
 class CentralTrainer(Trainer):
@@ -78,7 +92,8 @@ class CentralTrainer(Trainer):
 
     def _setup(self) -> None:
         super()._setup()
-        if getattr(self.cfg.agent, "torso", "mlp") != "mlp":
+        torso = getattr(self.cfg.agent, "torso", "mlp")
+        if isinstance(torso, str) and torso != "mlp":    # r2d2's torso is a list of Dense widths
             # Flatbuffer weight patching handles Dense-only policies; conv torsos are converted each version.
             from core.quantize import AsyncQuantizer, PolicyQuantizer
             self.quantizer = PolicyQuantizer(self.cfg.actors.precision, patch=False)
@@ -94,7 +109,6 @@ class CentralTrainer(Trainer):
         time, so it is pointed at :func:`evaluate_stacked` for the duration of
         the call (the driver is shared code and stays unchanged).
         """
-        import functools
         from core import evaluation
         k = getattr(self.cfg.agent, "frame_stack", 1)
         if k == 1:
@@ -112,41 +126,70 @@ class CentralTrainer(Trainer):
         if server is not None:
             server.set_policy(payload)
 
+    def _exploration(self):
+        """Each actor's selector parameters at the current env step (R2D2: its rung of the ladder)."""
+        return functools.partial(self.builder.exploration, self.cfg.agent, self.loop.env_steps)
+
     def _start_actors(self) -> List[Any]:
         from core.inference.client import run_env_actor_task
         if self.cfg.executor == "local":
-            return [_ProcessFuture(_actor_process, (self.server.address, spec)) for spec in self.actor_specs]
-        return [self.executor.submit(run_env_actor_task, self.server.address, spec,
+            return [_ProcessFuture(_actor_process, (self.endpoint, spec)) for spec in self.actor_specs]
+        return [self.executor.submit(run_env_actor_task, self.endpoint, spec,
                                      key=f"env-actor-{self.run_id}-a{spec.actor_id}", actor=spec.actor_id)
                 for spec in self.actor_specs]
 
     def run(self) -> Dict[str, Any]:
-        from core.inference.server import InferenceServer
         self._setup()
-        cfg = self.cfg
         self._new_version(blocking=True)
-        address = server_address(cfg, self.run_id)
-        self.server = InferenceServer(
-            address, self.payload, self.spec, unroll_length=cfg.actors.steps_per_task,
-            selector=self.builder.action_selector, explore=self.builder.exploration(cfg.agent, 0, 0),
+        plan = server_listen_plan(self.cfg)
+        try:
+            try:
+                self.server = self._start_server(plan)
+            except BaseException:
+                self._shutdown()    # checkpointer, quantizer threads and the metrics log
+                raise
+            return self._serve()
+        finally:
+            plan.cleanup()          # the private socket directory goes with the run
+
+    def _start_server(self, plan):
+        """The inference server on ``plan.bind``; actors get ``self.endpoint`` (address, token, TLS root)."""
+        from core.inference.endpoint import new_token
+        from core.inference.server import InferenceServer
+        cfg = self.cfg
+        server = InferenceServer(
+            plan.bind, self.payload, self.spec, unroll_length=cfg.actors.steps_per_task,
+            selector=self.builder.action_selector, explore=self._exploration(),
             max_batch_size=max(cfg.env.num_envs * cfg.actors.num_actors, 1), max_wait_s=0.002,
             frame_stack=getattr(cfg.agent, "frame_stack", 1), litert_threads=cfg.threads.litert,
-            first_connection=self.loop.shard_seq << 8, seed=cfg.seed).start()
+            first_connection=self.loop.shard_seq << 8, seed=cfg.seed, token=new_token(),
+            tls=server_tls(cfg))
+        try:
+            server.start()
+        except OSError as e:   # e.g. inference_server.bind_host names no interface of this host
+            from core.config import ConfigError
+            raise ConfigError(f"{e}; valid: inference_server.bind_host = an address of this host, "
+                              f"or null for the default") from None
+        self.endpoint = server.endpoint(plan.dial_address(server.port))
+        return server
+
+    def _serve(self) -> Dict[str, Any]:
         evaluator = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="central-eval")
         start = time.time()
         actors = self._start_actors()
         try:
-            summary = self._loop(start, evaluator)
+            return self._loop(start, evaluator)
         finally:
             self.server.request_stop()
             for fut in actors:
                 try:
                     fut.result(timeout=10)
                 except Exception:  # an actor lost with its worker does not fail the finished run
+                    pass
+                if not fut.done():  # never leave an actor behind to retry a server that is going away
                     fut.cancel()
             self.server.stop()
             evaluator.shutdown(wait=True)
-        return summary
 
     def _loop(self, start: float, evaluator) -> Dict[str, Any]:
         cfg = self.cfg
@@ -158,6 +201,10 @@ class CentralTrainer(Trainer):
         next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
         last_ckpt_step = last_broadcast_step = self.learner.steps
         slack = cfg.env.num_envs * cfg.actors.steps_per_task * cfg.actors.num_actors
+        # Actors may run this far ahead of learner_steps / replay_ratio. Committed rows trail the
+        # allowed env steps by at most one unfinished unroll per actor (slack) plus one unflushed
+        # shard, so allowing min_size on top of both means the learner always gets its next rows.
+        head = slack + self._flush_rows() + cfg.replay.min_size
         stop = False
         bar = self._progress_bar()
         t_log = time.time()
@@ -195,17 +242,18 @@ class CentralTrainer(Trainer):
                     busy = True
                     if self.learner.steps % 100 < n:
                         self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"])
-                self.server.set_step_budget(int(self.learner.steps / cfg.learner.replay_ratio)
-                                            + slack + cfg.replay.min_size)
+            # Always bounded, also before the first learner step: a slow first step (R2D2 traces a
+            # 40-step unroll for seconds) must not let actors run through the whole budget meanwhile.
+            self.server.set_step_budget(int(self.learner.steps / cfg.learner.replay_ratio) + head)
             # 4. policy versions go to the server, not to actors; so do exploration parameters.
-            self.server.explore = self.builder.exploration(cfg.agent, self.loop.env_steps, 0)
+            self.server.explore = self._exploration()
             self._poll_async_version()
             if self.learner.steps - last_broadcast_step >= cfg.actors.broadcast_period:
                 last_broadcast_step = self.learner.steps
                 self._new_version(blocking=False)
             # 5. evaluation in a background thread (actor tasks occupy the workers).
             if self.loop.env_steps >= next_eval and self.learner.steps > 0:
-                next_eval += cfg.eval.every_env_steps
+                next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
                 self.n_evals += 1
                 evals.append(evaluator.submit(
                     _evaluation_task, self.payload, cfg.env.id, cfg.eval.episodes,

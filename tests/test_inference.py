@@ -3,7 +3,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 
 import numpy as np
 import pytest
@@ -26,8 +25,21 @@ def spec():
     return env_spec("CartPole-v1")
 
 
+_PLANS = []
+
+
 def _sock() -> str:
-    return f"unix:///tmp/dbinf-test-{uuid.uuid4().hex[:10]}.sock"
+    """A unix socket in a private directory (removed at the end of the module)."""
+    from core.inference.endpoint import private_unix_socket
+    _PLANS.append(private_unix_socket())
+    return _PLANS[-1].bind
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_socket_dirs():
+    yield
+    for plan in _PLANS:
+        plan.cleanup()
 
 
 def _server(payload, spec, address=None, **kw):
@@ -104,10 +116,10 @@ def test_batch_closes_early_when_every_client_is_in_it():
 
 # -- server + env-only actors ---------------------------------------------------------
 
-def _run_actor(address, actor_id, steps, out, **kw):
+def _run_actor(endpoint, actor_id, steps, out, **kw):
     from core.inference.client import run_env_actor_task
     try:
-        out[actor_id] = run_env_actor_task(address, ActorSpec("t", "CartPole-v1", 4, 0, actor_id),
+        out[actor_id] = run_env_actor_task(endpoint, ActorSpec("t", "CartPole-v1", 4, 0, actor_id),
                                            max_env_steps=steps, **kw)
     except Exception as e:  # noqa: BLE001
         out[actor_id] = e
@@ -116,11 +128,18 @@ def _run_actor(address, actor_id, steps, out, **kw):
 def test_server_unrolls_follow_the_rlds_contract(payload, spec):
     server = _server(payload, spec)
     out = {}
-    _run_actor(server.address, 3, 4 * 300, out)
+    _run_actor(server.endpoint(), 3, 4 * 300, out)
     batches = server.drain()
     episodes = server.pop_episodes()
+    stats = server.stats()
     server.stop()
     assert out[3]["env_steps"] == 1200 and len(batches) == 299 // 16    # the 300th row waits for its reward
+    # the step profile: every server phase and the actor's side, per request, and they nest
+    from core.inference.server import PHASES
+    assert list(stats["step_ms"]) == list(PHASES) and all(v >= 0 for v in stats["step_ms"].values())
+    assert set(out[3]["step_ms"]) == {"encode", "round_trip", "env_step"}
+    assert sum(stats["step_ms"].values()) < out[3]["step_ms"]["round_trip"]     # the handler runs inside it
+    assert stats["step_ms"]["batched_inference"] >= stats["queued_ms_mean"] > 0
     b = batches[0]
     assert b.reward.shape == (16, 4) and b.extras["logits"].shape == (16, 4, 2)
     rows = {k: np.concatenate([getattr(x, k) for x in batches]) for k in
@@ -140,11 +159,12 @@ def test_malformed_and_oversized_requests_are_rejected_and_others_keep_being_ser
     import grpc
     server = _server(payload, spec, max_message_bytes=1 << 16)
     out = {}
-    good = threading.Thread(target=_run_actor, args=(server.address, 0, 4 * 2000, out))
+    good = threading.Thread(target=_run_actor, args=(server.endpoint(), 0, 4 * 2000, out))
     good.start()
     with grpc.insecure_channel(server.address) as ch:
         call = ch.stream_stream(protocol.METHOD)
-        hello = protocol.encode({"kind": "hello", "actor_id": 9, "num_envs": 2, "obs_shape": [4]})
+        hello = protocol.encode({"kind": "hello", "actor_id": 9, "num_envs": 2, "obs_shape": [4],
+                                 "obs_dtype": "float32"})
         cases = [
             ([b"garbage"], grpc.StatusCode.INVALID_ARGUMENT, "header length"),
             ([hello, protocol.encode({"kind": "step"}, {"observation": np.zeros((2, 3), np.float32)})],
@@ -155,7 +175,7 @@ def test_malformed_and_oversized_requests_are_rejected_and_others_keep_being_ser
         ]
         for msgs, code, pattern in cases:
             with pytest.raises(grpc.RpcError) as err:
-                for _ in call(iter(msgs), timeout=10):
+                for _ in call(iter(msgs), timeout=10, metadata=server.endpoint().metadata):
                     pass
             assert err.value.code() == code, err.value
             assert not pattern or __import__("re").search(pattern, err.value.details())
@@ -171,7 +191,7 @@ def test_killed_actor_does_not_disturb_the_server(payload, spec):
     from pipelines.central import _actor_process
     server = _server(payload, spec)
     proc = multiprocessing.get_context("spawn").Process(
-        target=_actor_process, args=(server.address, ActorSpec("t", "CartPole-v1", 4, 0, 1)), daemon=True)
+        target=_actor_process, args=(server.endpoint(), ActorSpec("t", "CartPole-v1", 4, 0, 1)), daemon=True)
     proc.start()
     deadline = time.time() + 60
     while server.env_steps < 2000 and time.time() < deadline:
@@ -183,7 +203,7 @@ def test_killed_actor_does_not_disturb_the_server(payload, spec):
         time.sleep(0.05)
     assert server.active_streams == 0
     out = {}
-    _run_actor(server.address, 2, 400, out)                 # a new actor is served as before
+    _run_actor(server.endpoint(), 2, 400, out)                 # a new actor is served as before
     server.stop()
     assert out[2]["env_steps"] == 400
 
@@ -192,13 +212,13 @@ def test_actor_survives_a_server_restart_with_fresh_episodes(payload, spec):
     address = _sock()
     first = _server(payload, spec, address)
     out = {}
-    actor = threading.Thread(target=_run_actor, args=(address, 0, 4 * 3000, out), kwargs={"give_up_s": 30})
+    actor = threading.Thread(target=_run_actor, args=(first.endpoint(), 0, 4 * 3000, out), kwargs={"give_up_s": 30})
     actor.start()
     while first.env_steps < 1000:
         time.sleep(0.01)
     first.stop(grace=0)
     time.sleep(0.3)                                     # actor is retrying with backoff meanwhile
-    second = _server(payload, spec, address, first_connection=1000)
+    second = _server(payload, spec, address, first_connection=1000, token=first.token)
     actor.join(60)
     batches = second.drain()
     second.stop()
@@ -210,9 +230,11 @@ def test_actor_survives_a_server_restart_with_fresh_episodes(payload, spec):
 
 def test_unreachable_address_fails_after_backoff_with_one_line_error():
     from core.inference.client import InferenceUnavailable, run_env_actor_task
+    from core.inference.endpoint import ServerEndpoint
     t0 = time.perf_counter()
     with pytest.raises(InferenceUnavailable) as err:
-        run_env_actor_task("unix:///tmp/databloom-nobody-listens.sock", ActorSpec("t", "CartPole-v1", 2, 0, 0),
+        run_env_actor_task(ServerEndpoint("unix:///tmp/databloom-nobody-listens.sock", "t"),
+                           ActorSpec("t", "CartPole-v1", 2, 0, 0),
                            give_up_s=1.0, connect_timeout_s=0.2)
     msg = str(err.value)
     assert time.perf_counter() - t0 < 10 and "\n" not in msg
@@ -225,6 +247,246 @@ def test_central_with_beam_is_a_config_error(tmp_path):
     cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["executor=beam", "inference=central"])
     with pytest.raises(ConfigError, match="inference 'central' runs on executor local or dask"):
         train(cfg, str(tmp_path / "r"), progress=False)
+
+
+# -- security: token, observation validation, addresses, TLS -----------------------------
+
+def _raw_call(server, msgs, metadata):
+    """One raw stream of ``msgs``; returns the RpcError it ends with (None if it ends cleanly)."""
+    import grpc
+    with grpc.insecure_channel(server.address) as ch:
+        try:
+            for _ in ch.stream_stream(protocol.METHOD)(iter(msgs), timeout=10, metadata=metadata):
+                pass
+        except grpc.RpcError as err:
+            return err
+    return None
+
+
+def _hello(**kw):
+    return protocol.encode({"kind": "hello", "actor_id": 9, "num_envs": 2, "obs_shape": [4],
+                            "obs_dtype": "float32", **kw})
+
+
+def _step(obs):
+    return protocol.encode({"kind": "step"}, {"observation": obs, "reward": np.zeros(2, np.float32),
+                                              "terminated": np.zeros(2, bool), "truncated": np.zeros(2, bool)})
+
+
+def test_token_check_is_exact():
+    from core.inference.endpoint import TOKEN_METADATA, new_token, token_matches
+    token = new_token()
+    assert len(token) == 43 and token != new_token()                     # 32 random bytes, base64
+    assert token_matches([("x", "1"), (TOKEN_METADATA, token)], token)
+    assert token_matches([(TOKEN_METADATA, token.encode())], token)
+    assert not token_matches([(TOKEN_METADATA, token[:-1])], token)
+    assert not token_matches([(TOKEN_METADATA, token + "x")], token)
+    assert not token_matches([("x", token)], token) and not token_matches(None, token)
+
+
+def test_wrong_or_missing_token_is_refused(payload, spec):
+    import grpc
+    from core.inference.endpoint import ServerEndpoint
+    server = _server(payload, spec)
+    good_steps = _step(np.zeros((2, 4), np.float32))
+    for metadata in [(), (("databloom-token", "not-the-token"),), (("databloom-token", server.token[:-1]),)]:
+        err = _raw_call(server, [_hello(), good_steps], metadata)
+        assert err is not None and err.code() == grpc.StatusCode.UNAUTHENTICATED, err
+        assert "missing or wrong run token" in err.details()
+    out = {}
+    t0 = time.perf_counter()
+    _run_actor(ServerEndpoint(server.address, "forged"), 5, 400, out)
+    assert time.perf_counter() - t0 < 10                                  # refused at once, no retry loop
+    assert isinstance(out[5], RuntimeError) and "UNAUTHENTICATED" in str(out[5]) and "\n" not in str(out[5])
+    _run_actor(server.endpoint(), 6, 400, out)                           # the run's own token works
+    stats = server.stats()
+    server.stop()
+    assert out[6]["env_steps"] == 400
+    assert stats["unauthenticated"] == 4 and stats["rejected"] == 4 and stats["connections"] == 1
+
+
+def test_wrong_dtype_is_refused_while_another_actor_keeps_streaming(payload, spec):
+    import grpc
+    server = _server(payload, spec)
+    out = {}
+    good = threading.Thread(target=_run_actor, args=(server.endpoint(), 0, 4 * 3000, out))
+    good.start()
+    deadline = time.time() + 60
+    while server.env_steps < 400 and time.time() < deadline:
+        time.sleep(0.01)
+    md = server.endpoint().metadata
+    cases = [
+        ([_hello(), _step(np.zeros((2, 4), np.float64))], "'observation' has dtype float64, expected float32"),
+        ([_hello(), _step(np.zeros((2, 4), np.int32))], "'observation' has dtype int32, expected float32"),
+        ([_hello(obs_dtype="float64")], "obs_dtype 'float64' does not match the server's 'float32'"),
+        ([_hello(), _step(np.zeros((2, 5), np.float32))], r"'observation' has shape \[2, 5\], expected \[2, 4\]"),
+    ]
+    for msgs, pattern in cases:
+        assert server.active_streams == 1                                 # the good actor is mid-stream
+        err = _raw_call(server, msgs, md)
+        assert err is not None and err.code() == grpc.StatusCode.INVALID_ARGUMENT, err
+        assert __import__("re").search(pattern, err.details()), err.details()
+    at_reject = server.env_steps
+    good.join(120)
+    batches = server.drain()
+    stats = server.stats()
+    server.stop()
+    assert out[0]["env_steps"] == 12000 and out[0]["reconnects"] == 0 and at_reject < 12000
+    assert stats["rejected"] == 4 and stats["unauthenticated"] == 0
+    assert batches and all(b.observation.dtype == np.float32 and b.actor_id == 0 for b in batches)
+
+
+def _listening_hosts(port: int):
+    """Local addresses of the sockets listening on TCP ``port`` (Linux /proc/net/tcp{,6})."""
+    import ipaddress
+    hosts = []
+    for name in ("tcp", "tcp6"):
+        path = f"/proc/net/{name}"
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, p = local.split(":")
+                if int(p, 16) != port or state != "0A":                   # 0A = LISTEN
+                    continue
+                raw = bytes.fromhex(addr)
+                raw = raw[::-1] if len(raw) == 4 else b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+                ip = ipaddress.ip_address(raw)
+                hosts.append(str(getattr(ip, "ipv4_mapped", None) or ip))   # gRPC listens v4-mapped
+    return hosts
+
+
+def test_bound_address_is_not_a_wildcard_in_the_dask_setup(payload, spec):
+    from core.config import load_config
+    from core.inference.endpoint import is_wildcard, listen_plan
+    from pipelines.central import server_listen_plan
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["executor=dask", "inference=central"])
+    local_cluster = server_listen_plan(cfg)
+    assert (local_cluster.bind, local_cluster.dial_host) == ("127.0.0.1:0", "127.0.0.1")
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"),
+                      ["executor=dask", "inference=central", "dask.address=tcp://127.0.0.1:8786"])
+    assert server_listen_plan(cfg).bind == "127.0.0.1:0"
+    # A remote scheduler: the interface that routes to it (TEST-NET-1 stands in for a remote host).
+    try:
+        remote = listen_plan("dask", "tcp://192.0.2.1:8786", None)
+    except ValueError as e:
+        pytest.skip(f"no route on this machine: {e}")
+    assert not is_wildcard(remote.dial_host) and remote.bind == f"{remote.dial_host}:0"
+    # An explicit wildcard listens everywhere, but actors still get the routed address.
+    wild = listen_plan("dask", "tcp://127.0.0.1:8786", "0.0.0.0")
+    assert wild.bind == "0.0.0.0:0" and wild.dial_address(1234) == "127.0.0.1:1234"
+    # And the kernel agrees: the listening socket is on 127.0.0.1 only.
+    server = _server(payload, spec, address=local_cluster.bind)
+    try:
+        assert server.address == f"127.0.0.1:{server.port}" and server.port > 0
+        hosts = _listening_hosts(server.port)
+        if hosts:                                                         # /proc/net is Linux only
+            assert hosts == ["127.0.0.1"], hosts
+        out = {}
+        _run_actor(server.endpoint(local_cluster.dial_address(server.port)), 1, 400, out)
+        assert out[1]["env_steps"] == 400
+    finally:
+        server.stop()
+
+
+def test_a_bind_host_of_another_machine_is_a_one_line_error(payload, spec, tmp_path):
+    from core.config import ConfigError, load_config
+    from pipelines.train import train
+    with pytest.raises(OSError, match="could not bind '192.0.2.1:0'"):
+        _server(payload, spec, address="192.0.2.1:0")                     # TEST-NET-1: never local
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"),
+                      ["executor=local", "inference=central", "inference_server.bind_host=192.0.2.1"])
+    with pytest.raises(ConfigError, match="valid: inference_server.bind_host = an address of this host") as err:
+        train(cfg, str(tmp_path / "r"), progress=False)
+    assert "\n" not in str(err.value)
+
+
+def test_unix_socket_lives_in_a_private_directory(payload, spec):
+    import stat
+    from core.config import load_config
+    from pipelines.central import server_listen_plan
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["executor=local", "inference=central"])
+    plan = server_listen_plan(cfg)
+    try:
+        assert plan.bind.startswith("unix://") and plan.dial_address(0) == plan.bind
+        assert stat.S_IMODE(os.stat(plan.socket_dir).st_mode) == 0o700
+        server = _server(payload, spec, address=plan.bind)
+        path = plan.bind[len("unix://"):]
+        assert os.path.dirname(path) == plan.socket_dir and stat.S_ISSOCK(os.stat(path).st_mode)
+        out = {}
+        _run_actor(server.endpoint(), 1, 400, out)
+        server.stop()
+        assert out[1]["env_steps"] == 400
+    finally:
+        plan.cleanup()
+    assert not os.path.exists(plan.socket_dir)
+
+
+def _self_signed(tmp_path, name="localhost", ip="127.0.0.1"):
+    import datetime
+    import ipaddress
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name),
+                                                        x509.IPAddress(ipaddress.ip_address(ip))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_tls_round_trip_and_plaintext_is_refused(payload, spec, tmp_path):
+    from core.inference.client import InferenceUnavailable
+    from core.inference.endpoint import ServerEndpoint, load_tls
+    cert, key = _self_signed(tmp_path)
+    server = _server(payload, spec, address="127.0.0.1:0", tls=load_tls(cert, key))
+    try:
+        out = {}
+        _run_actor(server.endpoint(), 1, 800, out)                        # trusts the server's certificate
+        assert out[1]["env_steps"] == 800 and server.stats()["tls"]
+        _run_actor(ServerEndpoint(server.address, server.token), 2, 400, out, give_up_s=1.0,
+                   connect_timeout_s=0.3)                                 # plaintext to a TLS port
+        assert isinstance(out[2], InferenceUnavailable), out[2]
+        other_cert, _ = _self_signed(tmp_path, name="other")
+        with open(other_cert, "rb") as f:
+            _run_actor(ServerEndpoint(server.address, server.token, f.read()), 3, 400, out, give_up_s=1.0,
+                       connect_timeout_s=0.3)                             # a certificate it does not trust
+        assert isinstance(out[3], InferenceUnavailable), out[3]
+        assert server.stats()["connections"] == 1
+    finally:
+        server.stop()
+
+
+def test_tls_config_errors_are_one_line(tmp_path):
+    from core.config import ConfigError, load_config
+    cert, key = _self_signed(tmp_path)
+    base = [os.path.join("configs", "cartpole-vtrace.yaml"), ["inference=central"]]
+    cfg = load_config(base[0], base[1] + [f"inference_server.tls_cert={cert}", f"inference_server.tls_key={key}"])
+    assert cfg.inference_server.tls_cert == cert
+    (tmp_path / "plain.txt").write_text("not a certificate")
+    for overrides, message in [
+        ([f"inference_server.tls_cert={tmp_path}/missing.crt", f"inference_server.tls_key={key}"],
+         "inference_server.tls_cert '.*missing.crt' cannot be read"),
+        ([f"inference_server.tls_cert={cert}"], "inference_server.tls_key is not set; TLS needs both"),
+        ([f"inference_server.tls_cert={cert}", f"inference_server.tls_key={tmp_path}/plain.txt"],
+         "tls_key '.*plain.txt' is not a PEM file"),
+        (["inference_server.bind_host=' '"], "inference_server.bind_host is empty"),
+    ]:
+        with pytest.raises(ConfigError, match=message) as err:
+            load_config(base[0], base[1] + overrides)
+        assert "\n" not in str(err.value)
 
 
 # -- training ------------------------------------------------------------------------
@@ -242,6 +504,23 @@ def test_vtrace_learns_cartpole_with_central_inference(tmp_path):
     assert summary["inference"]["batches"] > 0 and summary["inference"]["rejected"] == 0
 
 
+@pytest.mark.timeout(120)
+def test_step_budget_never_starves_the_learner(tmp_path):
+    """min_size above one shard of rows plus unfinished unrolls: the actors' budget still lets replay fill.
+
+    2 actors x 4 envs x 20-step unrolls (160 rows in flight), shards of 512 rows,
+    min_size 600: a budget of min_size + in-flight rows stalls with 560 committed rows.
+    """
+    from core.config import load_config
+    from pipelines.train import train
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"),
+                      ["executor=local", "inference=central", "total_env_steps=2400", "env.num_envs=4",
+                       "actors.num_actors=2", "actors.steps_per_task=20", "replay.min_size=600",
+                       "learner.replay_ratio=0.01", "eval.every_env_steps=1000000"])
+    summary = train(cfg, str(tmp_path / "run"), progress=False)
+    assert summary["env_steps"] >= 2400 and summary["learner_steps"] > 0
+
+
 @pytest.mark.timeout(180)
 def test_central_mode_runs_env_actors_as_dask_tasks(tmp_path):
     from core.config import load_config
@@ -251,4 +530,6 @@ def test_central_mode_runs_env_actors_as_dask_tasks(tmp_path):
                        "dask.n_workers=2", "eval.every_env_steps=100000"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
     assert summary["env_steps"] >= 12000 and summary["inference"]["connections"] >= 2
+    assert summary["inference"]["address"].startswith("127.0.0.1:")       # not a wildcard
+    assert summary["inference"]["unauthenticated"] == 0
     assert summary["learner_steps"] > 0

@@ -2,6 +2,7 @@
 
 One concept per module:
 
+* ``endpoint``  where the server listens (never a wildcard by default), the per-run token, TLS files
 * ``protocol``  the wire format: length-prefixed JSON header + raw numpy bytes (no pickle, no protoc)
 * ``batching``  DynamicBatcher: max batch size AND max wait time (a partial batch never waits forever)
 * ``unrolls``   UnrollAssembler: per-actor RLDS rows -> TrajectoryBatch unrolls, server-side
@@ -10,9 +11,10 @@ One concept per module:
 
 Example::
 
-    server = InferenceServer("unix:///tmp/db.sock", payload, env_spec("CartPole-v1"), unroll_length=32)
+    plan = private_unix_socket()                      # unix socket in a 0700 directory
+    server = InferenceServer(plan.bind, payload, env_spec("CartPole-v1"), unroll_length=32)
     server.start()
-    run_env_actor_task(server.address, ActorSpec("r", "CartPole-v1", 8, 0, 0), max_env_steps=1000)
+    run_env_actor_task(server.endpoint(), ActorSpec("r", "CartPole-v1", 8, 0, 0), max_env_steps=1000)
     batches = server.drain()          # TrajectoryBatches ready for ReplayStore.write_shard
-    server.stop()
+    server.stop(); plan.cleanup()
 """

@@ -51,6 +51,8 @@ class DynamicBatcher:
         self.rows = 0
         self.requests = 0
         self.timeouts = 0                      # batches closed by max_wait_s
+        self.queued_s = 0.0                    # sum over requests: submit -> their batch starts running
+        self.infer_s = 0.0                     # sum over batches: the policy call
         self._latency: Deque[float] = collections.deque(maxlen=latency_window)
         self._fill: Deque[float] = collections.deque(maxlen=latency_window)
         self._thread = threading.Thread(target=self._loop, name="inference-batcher", daemon=True)
@@ -97,6 +99,7 @@ class DynamicBatcher:
             if not items:
                 return
             rows = [it[0] for it in items]
+            started = time.perf_counter()
             try:
                 out = self.fn(rows[0] if len(rows) == 1 else np.concatenate(rows))
             except Exception as e:  # a policy failure fails these requests, not the server
@@ -109,6 +112,8 @@ class DynamicBatcher:
                 fut.set_result(out[start:start + len(r)])
                 start += len(r)
                 self._latency.append(done - t0)
+            self.queued_s += sum(started - t0 for _, _, t0 in items)
+            self.infer_s += done - started
             self.batches += 1
             self.requests += len(items)
             self.rows += start
@@ -116,12 +121,14 @@ class DynamicBatcher:
             self._fill.append(min(1.0, start / self.max_batch_size))
 
     def stats(self) -> Dict[str, float]:
-        """Batches, rows, mean batch fill and request latency percentiles (ms)."""
+        """Batches, rows, mean batch fill, request latency percentiles (ms), mean queueing and policy time."""
         lat = np.asarray(self._latency, np.float64) * 1e3
         pct = np.percentile(lat, [50, 90, 99]) if len(lat) else [float("nan")] * 3
         return {"batches": self.batches, "requests": self.requests, "rows": self.rows,
                 "timeouts": self.timeouts, "mean_fill": float(np.mean(self._fill)) if self._fill else 0.0,
-                "latency_ms_p50": float(pct[0]), "latency_ms_p90": float(pct[1]), "latency_ms_p99": float(pct[2])}
+                "latency_ms_p50": float(pct[0]), "latency_ms_p90": float(pct[1]), "latency_ms_p99": float(pct[2]),
+                "queued_ms_mean": 1e3 * self.queued_s / max(self.requests, 1),
+                "infer_ms_per_batch": 1e3 * self.infer_s / max(self.batches, 1)}
 
     def close(self) -> None:
         self._closed.set()

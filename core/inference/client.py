@@ -8,19 +8,24 @@ Faults:
 
 * **reconnect = fresh env state** (SEED's run_id): every (re)connection
   rebuilds and reseeds the envs and starts new episodes, so the server never
-  has to splice a half-seen episode;
+  has to splice a half-seen episode (and a recurrent policy's state starts
+  from zero: the server drops the old connection's);
 * **server restart**: a broken stream (UNAVAILABLE, CANCELLED, ...) is
   retried with exponential backoff (``backoff_s`` doubling up to
   ``max_backoff_s``) and the actor continues;
 * **unreachable address**: after ``give_up_s`` without a working connection
   the task fails with :class:`InferenceUnavailable`, a one-line message naming
   the address and how long it tried;
-* a server that rejects the actor's messages (``INVALID_ARGUMENT``) is a bug:
-  raised at once, no retry.
+* a server that rejects the actor's messages (``INVALID_ARGUMENT``) or its
+  token (``UNAUTHENTICATED``) will reject it again: raised at once, no retry.
+
+The actor is handed a :class:`core.inference.endpoint.ServerEndpoint`: the
+address, the run token (sent as metadata on every stream) and, with TLS, the
+certificate it trusts (then the channel is ``grpc.secure_channel``).
 
 Example::
 
-    stats = run_env_actor_task("unix:///tmp/db.sock", ActorSpec("r", "CartPole-v1", 8, 0, 0))
+    stats = run_env_actor_task(server.endpoint(), ActorSpec("r", "CartPole-v1", 8, 0, 0))
     stats["env_steps"], stats["reconnects"]
 """
 from __future__ import annotations
@@ -41,10 +46,10 @@ class InferenceUnavailable(ConnectionError):
 class _Session:
     """One bidi stream: a request queue feeding gRPC and the response iterator."""
 
-    def __init__(self, channel, spec, obs_shape, obs_dtype: str):
+    def __init__(self, channel, spec, obs_shape, obs_dtype: str, metadata=()):
         self.requests: "queue.Queue[Optional[bytes]]" = queue.Queue()
         call = channel.stream_stream(protocol.METHOD)      # bytes in, bytes out
-        self.responses = call(iter(self.requests.get, None))
+        self.responses = call(iter(self.requests.get, None), metadata=metadata)
         self.call = self.responses
         self.send({"kind": "hello", "actor_id": spec.actor_id, "num_envs": spec.num_envs, "env_id": spec.env_id,
                    "obs_shape": list(obs_shape), "obs_dtype": obs_dtype})
@@ -69,37 +74,45 @@ def _retryable(err: Exception) -> bool:
     if isinstance(err, grpc.FutureTimeoutError):
         return True
     if isinstance(err, grpc.RpcError):
-        return err.code() not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED)
+        return err.code() not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED,
+                                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
     return isinstance(err, StopIteration)
 
 
-def run_env_actor_task(address: str, spec, max_env_steps: Optional[int] = None, give_up_s: float = 30.0,
+def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give_up_s: float = 30.0,
                        backoff_s: float = 0.05, max_backoff_s: float = 2.0, connect_timeout_s: float = 2.0,
                        max_message_bytes: int = 16 << 20) -> Dict[str, Any]:
     """Run one env-only actor until the server says stop (or ``max_env_steps``); returns its stats.
 
     Args:
-      address: ``unix:///path.sock`` or ``host:port``.
+      endpoint: a :class:`core.inference.endpoint.ServerEndpoint` (address ``unix:///path.sock``
+        or ``host:port``, run token, TLS root certificate or None).
       spec: a :class:`core.rollout.ActorSpec` (env id, num_envs, seed, actor id).
       max_env_steps: stop after this many env steps (None: until the server's stop).
       give_up_s: fail with :class:`InferenceUnavailable` after this long without a connection.
     """
     import grpc
-    from core.envs import make_vector_env
+    from core.envs import env_spec, make_vector_env
+    address = endpoint.address
     opts = [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)]
+    creds = (grpc.ssl_channel_credentials(root_certificates=endpoint.root_certificates)
+             if endpoint.root_certificates else None)
+    espec = env_spec(spec.env_id)
     env_steps, reconnects, episodes, sessions = 0, -1, 0, 0
     down_since: Optional[float] = None
     delay = backoff_s
     last_err: Optional[Exception] = None
     start = time.perf_counter()
+    prof = {"encode": 0.0, "round_trip": 0.0, "env_step": 0.0, "steps": 0}   # seconds summed over steps
     while max_env_steps is None or env_steps < max_env_steps:
-        channel = grpc.insecure_channel(address, options=opts)
+        channel = (grpc.secure_channel(address, creds, options=opts) if creds is not None
+                   else grpc.insecure_channel(address, options=opts))
         session = None
         envs = None
         try:
             grpc.channel_ready_future(channel).result(timeout=connect_timeout_s)
-            session = _Session(channel, spec, _obs_shape(spec.env_id), "")
+            session = _Session(channel, spec, espec.obs_shape, espec.obs_dtype, endpoint.metadata)
             sessions += 1
             reconnects += 1
             down_since, delay = None, backoff_s
@@ -111,12 +124,19 @@ def run_env_actor_task(address: str, spec, max_env_steps: Optional[int] = None, 
             term = np.zeros(e, bool)
             trunc = np.zeros(e, bool)
             while max_env_steps is None or env_steps < max_env_steps:
+                t0 = time.perf_counter()
                 session.send({"kind": "step"}, {"observation": obs, "reward": reward.astype(np.float32),
                                                 "terminated": term, "truncated": trunc})
+                t1 = time.perf_counter()
                 header, arrays = session.receive("actions")
+                t2 = time.perf_counter()
                 if header.get("stop"):
-                    return _stats(spec, env_steps, reconnects, episodes, start, stopped=True)
+                    return _stats(spec, env_steps, reconnects, episodes, start, stopped=True, profile=prof)
                 obs, reward, term, trunc, _ = envs.step(arrays["action"])
+                prof["encode"] += t1 - t0
+                prof["round_trip"] += t2 - t1
+                prof["env_step"] += time.perf_counter() - t2
+                prof["steps"] += 1
                 episodes += int((term | trunc).sum())
                 env_steps += e
         except Exception as err:  # noqa: BLE001  (classified below)
@@ -141,15 +161,15 @@ def run_env_actor_task(address: str, spec, max_env_steps: Optional[int] = None, 
             if envs is not None:
                 envs.close()
             channel.close()
-    return _stats(spec, env_steps, max(reconnects, 0), episodes, start, stopped=False)
+    return _stats(spec, env_steps, max(reconnects, 0), episodes, start, stopped=False, profile=prof)
 
 
-def _obs_shape(env_id: str):
-    from core.envs import env_spec
-    return env_spec(env_id).obs_shape
-
-
-def _stats(spec, env_steps: int, reconnects: int, episodes: int, start: float, stopped: bool) -> Dict[str, Any]:
+def _stats(spec, env_steps: int, reconnects: int, episodes: int, start: float, stopped: bool,
+           profile: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+    """The actor's counters; ``step_ms``: ms per step encoding, waiting for the reply (round trip), stepping."""
     seconds = time.perf_counter() - start
+    n = max((profile or {}).get("steps", 0), 1)
+    step_ms = {k: 1e3 * v / n for k, v in (profile or {}).items() if k != "steps"}
     return {"actor_id": spec.actor_id, "env_steps": env_steps, "reconnects": reconnects, "episodes": episodes,
-            "seconds": seconds, "env_steps_per_s": env_steps / max(seconds, 1e-9), "stopped_by_server": stopped}
+            "seconds": seconds, "env_steps_per_s": env_steps / max(seconds, 1e-9), "stopped_by_server": stopped,
+            "step_ms": step_ms}

@@ -3,21 +3,39 @@
 Each env-only actor (:mod:`core.inference.client`) holds one gRPC
 bidirectional stream. The server
 
+* authenticates every stream before reading it: the run token in its
+  metadata, compared in constant time (:mod:`endpoint`); a missing or wrong
+  token aborts the stream with ``UNAUTHENTICATED``. With ``tls`` (PEM
+  certificate chain and key) it listens with ``grpc.ssl_server_credentials``;
 * decodes and validates every message (:mod:`protocol`): a malformed or
-  oversized request aborts *that* stream with ``INVALID_ARGUMENT`` (or gRPC's
-  own ``RESOURCE_EXHAUSTED`` above ``max_message_bytes``); the other streams
-  keep being served;
+  oversized request, or observations whose dtype or shape differ from the env
+  spec's, abort *that* stream with ``INVALID_ARGUMENT`` (or gRPC's own
+  ``RESOURCE_EXHAUSTED`` above ``max_message_bytes``), so nothing the shard
+  writer would refuse ever reaches an unroll; the other streams keep being
+  served;
 * keeps each env's state between steps: its frame stack (pixels), its
-  previous action and its place in the current unroll (recurrent agents would
-  keep their core state here too);
+  previous action, its place in the current unroll and, for a recurrent
+  policy (R2D2's ``[obs, h, c] -> [q, h', c']``), its core state ``(h, c)``
+  (:func:`core.exploration.make_carry`, the same carry local actors use). The
+  state is zeroed at every episode start, and it belongs to one *connection*:
+  an actor that reconnects gets a fresh carry (its envs start new episodes)
+  and the stale one is dropped (:meth:`recurrent_state`);
 * batches network inputs from all streams with a :class:`DynamicBatcher`
   (max batch size and max wait time) and runs the policy once per batch with
-  LiteRT at the payload's precision (fp32 or int8), one inference thread;
-* selects actions with the agent's action selector (``categorical`` stores
-  the behaviour logits for V-trace);
+  LiteRT at the payload's precision (fp32 or int8), one inference thread; a
+  recurrent step is batched the same way, its rows being ``[obs, h, c]``;
+* selects actions with the agent's action selector, with each actor's own
+  parameters (``explore``: a dict, or ``actor_id -> dict`` such as R2D2's
+  epsilon ladder); ``categorical`` stores the behaviour logits for V-trace,
+  a recurrent policy the state each step started from (``lstm_h``/``lstm_c``);
 * assembles ``[T, E]`` unrolls per actor (:class:`UnrollAssembler`) that the
   trainer drains with :meth:`drain` and writes as replay shards through the
   commit log.
+
+``stats()["step_ms"]`` says where a request's time goes on the server (ms
+per request, :data:`PHASES`); the actor's own ``step_ms`` adds its side, and
+the difference of the two round trips is gRPC and the transport
+(``python -m benchmarks.seed_inference --profile``).
 
 A stream that breaks (actor killed, network) just ends: its unfinished unroll
 is dropped and a reconnecting actor starts fresh episodes on a new connection
@@ -26,7 +44,8 @@ replay ratio (responses wait; the stream stays open).
 
 Example::
 
-    server = InferenceServer("unix:///tmp/db.sock", payload, spec, unroll_length=32).start()
+    server = InferenceServer("unix:///tmp/private-dir/db.sock", payload, spec, unroll_length=32).start()
+    run_env_actor_task(server.endpoint(), actor_spec)      # address + the run token
     ...
     server.set_policy(new_payload)        # next batches use the new version
     batches = server.drain()
@@ -39,15 +58,20 @@ import itertools
 import threading
 import time
 from concurrent import futures
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from core.exploration import SELECTORS
+from core.exploration import SELECTORS, make_carry
+from core.inference import endpoint as endpoint_lib
 from core.inference import protocol
 from core.inference.batching import DynamicBatcher
 from core.inference.unrolls import UnrollAssembler
 from core.trajectory import TrajectoryBatch
+
+
+#: Phases of one request on the server, in order (``stats()["step_ms"]``, ms per request).
+PHASES = ("decode", "budget_wait", "prepare", "batched_inference", "select_and_assemble", "encode")
 
 
 class FrameStacker:
@@ -82,29 +106,40 @@ class InferenceServer:
       payload: the first :class:`core.quantize.PolicyPayload` (fp32 or int8).
       spec: the env's :class:`core.envs.EnvSpec`; requests must match its observation shape.
       unroll_length: rows per emitted TrajectoryBatch.
-      selector: action selector name in :mod:`core.exploration`; ``explore`` its parameters.
+      selector: action selector name in :mod:`core.exploration`; ``explore`` its parameters
+        (one dict for every actor, or a callable ``actor_id -> dict``).
       max_batch_size, max_wait_s: dynamic batching bounds.
       frame_stack: frames stacked into the network input (pixels).
       max_message_bytes: larger requests are rejected by gRPC.
       max_streams: concurrent actor streams (one handler thread each).
       first_connection: connection numbers start here (pass a new base after a restart
         so episode ids never repeat within a run).
+      token: the run's secret every stream must present (default: a fresh one, see :attr:`token`).
+      tls: ``(certificate chain PEM, private key PEM)`` to serve over TLS; None = plaintext.
     """
 
     def __init__(self, address: str, payload, spec, unroll_length: int = 32, selector: str = "categorical",
-                 explore: Optional[Dict[str, float]] = None, max_batch_size: int = 64, max_wait_s: float = 0.002,
+                 explore: Union[None, Dict[str, float], Callable[[int], Dict[str, float]]] = None,
+                 max_batch_size: int = 64, max_wait_s: float = 0.002,
                  frame_stack: int = 1, max_message_bytes: int = 16 << 20, max_streams: int = 64,
-                 litert_threads: int = 1, first_connection: int = 0, seed: int = 0):
+                 litert_threads: int = 1, first_connection: int = 0, seed: int = 0,
+                 token: Optional[str] = None, tls: Optional[tuple] = None):
         from core.policy import LiteRTPolicy
         self.address, self.spec, self.unroll_length = address, spec, int(unroll_length)
+        self.selector = selector
         self.select = SELECTORS[selector]
-        self.explore = dict(explore or {})
+        self.explore = explore if callable(explore) else dict(explore or {})
         self.frame_stack = int(frame_stack)
         self.max_message_bytes = int(max_message_bytes)
         self.max_streams = int(max_streams)
         self.seed = int(seed)
+        self.token = token or endpoint_lib.new_token()    # authentication is never off
+        self.tls = tls
+        self.port: Optional[int] = None
         self.policy = LiteRTPolicy(payload, batch_size=max_batch_size, num_threads=litert_threads)
         self._pending_payload = None
+        self._first_payload = payload                 # sizes each connection's recurrent carry
+        self._carries: Dict[int, Tuple[int, Any]] = {}    # actor id -> (connection, carry) of its live stream
         self.batcher = DynamicBatcher(self._infer, max_batch_size, max_wait_s,
                                       expected_requests=lambda: self.active_streams)
         self._connections = itertools.count(int(first_connection))
@@ -117,10 +152,14 @@ class InferenceServer:
         self.step_budget: Optional[int] = None     # env steps the actors may take in total (None = no limit)
         self.env_steps = 0
         self.active_streams = 0
-        self.rejected = 0
+        self.rejected = 0                    # streams aborted: bad token or bad messages
+        self.unauthenticated = 0             # of which: bad or missing token
         self.connections_opened = 0
         self._server = None
         self._t0 = time.perf_counter()
+        # Seconds per phase of a step, summed over requests (stats()["step_ms"]): where a central step goes.
+        self._phase_s: Dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._phase_n = 0
 
     # -- lifecycle ------------------------------------------------------------
     def start(self) -> "InferenceServer":
@@ -134,9 +173,19 @@ class InferenceServer:
         handler = grpc.stream_stream_rpc_method_handler(self._act)   # raw bytes in/out
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(protocol.SERVICE, {"Act": handler}),))
-        port = self._server.add_insecure_port(self.address)
+        try:
+            if self.tls is not None:
+                cert_chain, key = self.tls
+                creds = grpc.ssl_server_credentials([(key, cert_chain)])
+                port = self._server.add_secure_port(self.address, creds)
+            else:
+                port = self._server.add_insecure_port(self.address)
+        except RuntimeError:    # grpc >= 1.5x raises instead of returning 0
+            port = 0
+        self.port = port
         if port == 0 and not self.address.startswith("unix:"):
-            raise OSError(f"inference server could not bind {self.address!r}")
+            raise OSError(f"inference server could not bind {self.address!r} (not an address of this host, "
+                          f"or in use)")
         if not self.address.startswith("unix:") and self.address.rsplit(":", 1)[-1] == "0":
             self.address = f"{self.address.rsplit(':', 1)[0]}:{port}"
         self._server.start()
@@ -162,6 +211,11 @@ class InferenceServer:
             self._budget_cv.notify_all()
 
     # -- learner-side API -------------------------------------------------------
+    def endpoint(self, address: Optional[str] = None) -> endpoint_lib.ServerEndpoint:
+        """What actors are handed: ``address`` (default: the bound one), the token, the TLS root."""
+        root = self.tls[0] if self.tls is not None else None
+        return endpoint_lib.ServerEndpoint(address or self.address, self.token, root)
+
     def set_policy(self, payload) -> None:
         """Use ``payload`` for the next batches (swapped in by the inference thread)."""
         self._pending_payload = payload
@@ -169,6 +223,19 @@ class InferenceServer:
     @property
     def policy_version(self) -> int:
         return self.policy.version
+
+    def explore_params(self, actor_id: int) -> Dict[str, float]:
+        """The selector parameters of ``actor_id`` now."""
+        return self.explore(actor_id) if callable(self.explore) else self.explore
+
+    def recurrent_state(self, actor_id: int) -> Optional[Tuple[int, np.ndarray, np.ndarray]]:
+        """``(connection, h, c)`` the server holds for ``actor_id``'s live stream (None: none held)."""
+        with self._lock:
+            held = self._carries.get(actor_id)
+        if held is None:
+            return None
+        conn, carry = held
+        return conn, carry.h.copy(), carry.c.copy()
 
     def set_step_budget(self, total_env_steps: Optional[int]) -> None:
         with self._budget_cv:
@@ -191,9 +258,12 @@ class InferenceServer:
 
     def stats(self) -> Dict[str, Any]:
         el = max(time.perf_counter() - self._t0, 1e-9)
-        return {**self.batcher.stats(), "env_steps": self.env_steps, "requests_per_s": self.batcher.requests / el,
+        step_ms = {k: 1e3 * v / max(self._phase_n, 1) for k, v in self._phase_s.items()}
+        return {**self.batcher.stats(), "step_ms": step_ms, "env_steps": self.env_steps,
+                "requests_per_s": self.batcher.requests / el,
                 "active_streams": self.active_streams, "rejected": self.rejected,
-                "connections": self.connections_opened}
+                "unauthenticated": self.unauthenticated, "tls": self.tls is not None,
+                "connections": self.connections_opened, "address": self.address}
 
     # -- inference thread ---------------------------------------------------------
     def _infer(self, x: np.ndarray) -> np.ndarray:
@@ -224,6 +294,9 @@ class InferenceServer:
         if obs_shape != tuple(self.spec.obs_shape):
             raise protocol.ProtocolError(f"hello: obs_shape {list(obs_shape)} does not match the server's "
                                          f"{list(self.spec.obs_shape)} ({self.spec.env_id})")
+        if header.get("obs_dtype") != self.spec.obs_dtype:
+            raise protocol.ProtocolError(f"hello: obs_dtype {header.get('obs_dtype')!r} does not match the "
+                                         f"server's {self.spec.obs_dtype!r} ({self.spec.env_id})")
         return actor_id, num_envs
 
     def _check_step(self, arrays: Dict[str, np.ndarray], e: int) -> None:
@@ -238,55 +311,119 @@ class InferenceServer:
         for name in ("terminated", "truncated"):
             if arrays[name].dtype != np.bool_:
                 raise protocol.ProtocolError(f"step array {name!r} must be bool, got {arrays[name].dtype}")
+        # Replay shards are typed by the env spec: a stray dtype would fail the shard write (and the run).
+        if arrays["observation"].dtype != np.dtype(self.spec.obs_dtype):
+            raise protocol.ProtocolError(f"step array 'observation' has dtype {arrays['observation'].dtype}, "
+                                         f"expected {self.spec.obs_dtype} ({self.spec.env_id})")
+
+    def _reject(self, context, code, message: str) -> None:
+        with self._lock:
+            self.rejected += 1
+        context.abort(code, message)
 
     def _act(self, request_iterator, context):
         import grpc
+        if not endpoint_lib.token_matches(context.invocation_metadata(), self.token):
+            # Before reading a byte: an unauthenticated peer learns nothing and costs one abort.
+            with self._lock:
+                self.unauthenticated += 1
+            self._reject(context, grpc.StatusCode.UNAUTHENTICATED,
+                         "missing or wrong run token; actors get it with their spec from the trainer")
         try:
             actor_id, e = self._hello(next(request_iterator))
         except StopIteration:
             return
         except protocol.ProtocolError as err:
-            self.rejected += 1
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-        conn = next(self._connections)
-        with self._lock:
-            self.active_streams += 1
-            self.connections_opened += 1
-        unrolls = UnrollAssembler(actor_id, e, self.unroll_length, conn, self.spec.env_id, self.seed)
-        stacker = FrameStacker(self.frame_stack)
-        rng = np.random.default_rng([self.seed, actor_id, conn])
+            self._reject(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        stream = self._open_stream(actor_id, e)
         try:
-            yield protocol.encode({"kind": "welcome", "connection": conn})
+            yield protocol.encode({"kind": "welcome", "connection": stream.connection})
             for raw in request_iterator:
+                t0 = time.perf_counter()
                 try:
                     header, arrays = protocol.decode(raw, self.max_message_bytes)
                     protocol.expect(header, "step")
                     self._check_step(arrays, e)
                 except protocol.ProtocolError as err:
-                    self.rejected += 1
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+                    self._reject(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
                 if self._stop.is_set():
                     yield protocol.encode({"kind": "actions", "stop": True})
                     return
+                t1 = time.perf_counter()
                 self._wait_for_budget(e)
                 if self._closing.is_set():
                     context.abort(grpc.StatusCode.UNAVAILABLE, "inference server is shutting down")
-                obs = arrays["observation"]
-                new_episode = (np.ones(e, bool) if unrolls.pending is None else
-                               unrolls.pending["terminated"] | unrolls.pending["truncated"])
-                x = stacker(obs, new_episode).reshape(e, -1).astype(np.float32, copy=False)
-                fut = self.batcher.submit(x)
-                out = fut.result()
-                version = self.policy.version
-                action, extras = self.select(out, self.explore, rng, self.spec)
-                batch = unrolls.add(obs, arrays["reward"], arrays["terminated"], arrays["truncated"],
-                                    action, extras, version)
-                if batch is not None:
-                    self._unrolls.append(batch)
-                rets, lens = unrolls.pop_episodes()
-                self._episodes.extend(zip(rets, lens))
-                yield protocol.encode({"kind": "actions", "stop": self._stop.is_set()},
-                                      {"action": action.astype(np.int64)})
+                t2 = time.perf_counter()
+                action, times = self._step(stream, arrays)
+                t3 = time.perf_counter()
+                reply = protocol.encode({"kind": "actions", "stop": self._stop.is_set()},
+                                        {"action": action.astype(np.int64)})
+                self._record(t1 - t0, t2 - t1, *times, time.perf_counter() - t3)
+                yield reply
         finally:
-            with self._lock:
-                self.active_streams -= 1
+            self._close_stream(stream)
+
+    def _open_stream(self, actor_id: int, num_envs: int) -> "_Stream":
+        """A new connection: fresh episodes, a fresh recurrent state; the actor's stale one is dropped."""
+        conn = next(self._connections)
+        carry = make_carry(self.selector, self._first_payload, num_envs, self.spec.obs_dim)
+        with self._lock:
+            self.active_streams += 1
+            self.connections_opened += 1
+            if carry is not None:
+                self._carries[actor_id] = (conn, carry)     # replaces a previous connection's state
+        return _Stream(actor_id, conn, UnrollAssembler(actor_id, num_envs, self.unroll_length, conn,
+                                                       self.spec.env_id, self.seed),
+                       FrameStacker(self.frame_stack), np.random.default_rng([self.seed, actor_id, conn]), carry)
+
+    def _close_stream(self, stream: "_Stream") -> None:
+        with self._lock:
+            self.active_streams -= 1
+            if self._carries.get(stream.actor_id, (None,))[0] == stream.connection:
+                del self._carries[stream.actor_id]
+
+    def _record(self, *seconds: float) -> None:
+        with self._lock:
+            for k, v in zip(PHASES, seconds):
+                self._phase_s[k] += v
+            self._phase_n += 1
+
+    def _step(self, stream: "_Stream", arrays: Dict[str, np.ndarray]) -> Tuple[np.ndarray, Tuple[float, ...]]:
+        """One step of a stream's envs: batched inference, action selection, the unroll row.
+
+        Returns the actions and the seconds spent preparing the input, in the
+        batcher (queueing + policy) and selecting/assembling.
+        """
+        t0 = time.perf_counter()
+        obs, unrolls, e = arrays["observation"], stream.unrolls, stream.unrolls.num_envs
+        new_episode = (np.ones(e, bool) if unrolls.pending is None else
+                       unrolls.pending["terminated"] | unrolls.pending["truncated"])
+        x = stream.stacker(obs, new_episode).reshape(e, -1).astype(np.float32, copy=False)
+        carried: Dict[str, np.ndarray] = {}
+        if stream.carry is not None:     # [obs, h, c] rows, zeroed at episode starts
+            x, carried = stream.carry.inputs(x, new_episode)
+        t1 = time.perf_counter()
+        out = self.batcher.submit(x).result()
+        t2 = time.perf_counter()
+        version = self.policy.version
+        if stream.carry is not None:
+            out = stream.carry.absorb(out)
+        action, extras = self.select(out, self.explore_params(stream.actor_id), stream.rng, self.spec)
+        batch = unrolls.add(obs, arrays["reward"], arrays["terminated"], arrays["truncated"], action,
+                            {**extras, **carried}, version)
+        if batch is not None:
+            self._unrolls.append(batch)
+        rets, lens = unrolls.pop_episodes()
+        self._episodes.extend(zip(rets, lens))
+        return action, (t1 - t0, t2 - t1, time.perf_counter() - t2)
+
+
+class _Stream:
+    """Per-connection state of one actor stream (see :meth:`InferenceServer._open_stream`)."""
+
+    __slots__ = ("actor_id", "connection", "unrolls", "stacker", "rng", "carry")
+
+    def __init__(self, actor_id: int, connection: int, unrolls: UnrollAssembler, stacker: FrameStacker,
+                 rng: np.random.Generator, carry):
+        self.actor_id, self.connection, self.unrolls = actor_id, connection, unrolls
+        self.stacker, self.rng, self.carry = stacker, rng, carry

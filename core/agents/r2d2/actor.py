@@ -18,10 +18,19 @@ reports the state *each step started from* as the replay extras
 first row, so it sees the state the actor had (stale by however many policy
 versions the actor lagged; R2D2's burn-in repairs that).
 
+The same carry serves both inference paths: a local actor calls it with its
+own LiteRT policy; the central inference server keeps one per connected actor
+and splits the call around its dynamic batcher (:meth:`LSTMCarry.inputs`, the
+batched policy call across actors, :meth:`LSTMCarry.absorb`), so both paths
+store the same extras for the same observations.
+
 Example::
 
     carry = LSTMCarry(num_envs=8, obs_dim=2, num_actions=2, lstm_size=64)
     q, extras = carry(policy, obs, reset=step_in_episode == 0)   # extras["lstm_h"]: [8, 64]
+
+    x, extras = carry.inputs(obs, reset)          # server side: [obs, h, c] rows for the batcher
+    q = carry.absorb(batcher.submit(x).result())  # keeps h', c'; returns q
 """
 from __future__ import annotations
 
@@ -61,13 +70,21 @@ class LSTMCarry:
 
         Returns ``(q [E, A], {"lstm_h", "lstm_c"})`` with the state the step started from.
         """
+        x, extras = self.inputs(obs, reset)
+        return self.absorb(policy(x)), extras
+
+    def inputs(self, obs: np.ndarray, reset: np.ndarray) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        """Zero the state where ``reset``; returns the policy input ``[obs, h, c]`` and the stored extras."""
         reset = np.asarray(reset, bool)
         self.h[reset] = 0.0
         self.c[reset] = 0.0
         extras = {"lstm_h": self.h.copy(), "lstm_c": self.c.copy()}
-        out = policy(np.concatenate([obs.reshape(len(obs), -1).astype(np.float32, copy=False),
-                                     self.h, self.c], axis=1))
+        x = np.concatenate([obs.reshape(len(obs), -1).astype(np.float32, copy=False), self.h, self.c], axis=1)
+        return x, extras
+
+    def absorb(self, out: np.ndarray) -> np.ndarray:
+        """Keep ``h', c'`` from the policy output ``[q, h', c']``; returns ``q [E, A]``."""
         a, hs = self.num_actions, self.lstm_size
         self.h = np.ascontiguousarray(out[:, a:a + hs], np.float32)
         self.c = np.ascontiguousarray(out[:, a + hs:a + 2 * hs], np.float32)
-        return out[:, :a], extras
+        return out[:, :a]

@@ -4,9 +4,12 @@ Actors run the selector ``recurrent_epsilon_greedy`` (:mod:`core.exploration`):
 the LiteRT step model ``[obs, h, c] -> [q, h', c']`` with the state carried by
 :class:`core.agents.r2d2.actor.LSTMCarry` (stored as ``extras/lstm_h``,
 ``extras/lstm_c``), then epsilon-greedy on ``q`` with the actor's rung of the
-Ape-X ladder. This is local inference (option "actors carry the state"), so
-it runs unchanged on the local, Dask and Beam executors; central (SEED)
-inference keeps no recurrent state yet and is rejected for r2d2.
+Ape-X ladder. With local inference the actors carry the state, so it runs
+unchanged on the local, Dask and Beam executors. With ``inference: central``
+(SEED) the inference server keeps one carry per connected actor, batches the
+recurrent step across actors and stores the same extras
+(:mod:`core.inference.server`); each actor keeps its own rung of the ladder.
+Both paths feed the same prioritized sequence sampler.
 """
 from __future__ import annotations
 
@@ -40,9 +43,6 @@ class R2D2Builder(AgentBuilder):
 
     def check_config(self, cfg) -> None:
         from core.config import ConfigError
-        if cfg.inference == "central":
-            raise ConfigError("agent 'r2d2' runs with inference 'local' only (the central inference server keeps "
-                              "no recurrent state yet); valid: inference=local")
         if cfg.actors.precision == "int8-full":
             raise ConfigError("agent 'r2d2' does not support actors.precision 'int8-full' (calibration needs the "
                               "recurrent state inputs); valid: fp32, fp16, int8-dynamic")
