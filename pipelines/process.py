@@ -78,6 +78,8 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
         raise DatasetError(f"unknown export format {args.format!r}; valid: {', '.join(export.FORMATS)}")
     if args.command == "stats" and args.bins < 1:
         raise DatasetError(f"--bins {args.bins} invalid; valid: >= 1")
+    from core.config import check_dask_address
+    check_dask_address(args.dask_address, "--dask-address")   # a typo: one line, before any engine
     shards.open_snapshot(args.store, args.version)  # bad or empty store: fail before starting an engine
     with engines.make_engine(args.executor, pipeline_args, args.dask_address) as engine:
         if args.command == "stats":
