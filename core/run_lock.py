@@ -71,7 +71,7 @@ def _in_use(url: str, info: Dict[str, Any]) -> RunDirInUse:
 
 
 def _unusable(url: str, e: OSError) -> urls.LocationError:
-    reason = e.strerror or type(e).__name__
+    reason = "it is a file" if os.path.isfile(url) else (e.strerror or type(e).__name__)
     return urls.LocationError(f"run directory {url} cannot be written: {reason}; "
                               "valid: a writable directory, or a path where one can be created")
 
@@ -212,10 +212,10 @@ class _Lease:
 
     def _payload(self) -> bytes:
         now = self.clock()
-        self.info.setdefault("acquired", now)
         return json.dumps({**self.info, "heartbeat": now, "timeout_s": self.timeout_s}).encode()
 
     def acquire(self) -> None:
+        self.info["acquired"] = self.clock()
         self.generation = self.store.create(self._payload())
         if self.generation is None:
             self._take_over_if_stale()
