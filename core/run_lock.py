@@ -87,10 +87,12 @@ class _FileLock:
         self.url = url
         self.path = os.path.join(url, LOCK_NAME)
         self.fd: Optional[int] = None
+        self._created: list = []   # directories this lock created, deepest first (removed if left empty)
 
     def acquire(self) -> None:
         import fcntl
         try:
+            self._created = _missing_dirs(self.url)
             os.makedirs(self.url, exist_ok=True)
             while True:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -135,6 +137,23 @@ class _FileLock:
             pass
         os.close(self.fd)          # closing drops the flock
         self.fd = None
+        for d in self._created:    # a run that wrote nothing (refused, failed early) leaves no trace
+            try:
+                os.rmdir(d)
+            except OSError:        # not empty (the run wrote there) or already gone
+                break
+
+
+def _missing_dirs(path: str) -> list:
+    """The directories ``os.makedirs(path)`` would create, deepest first."""
+    missing = []
+    while path and not os.path.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
 
 
 class _MemoryLeaseStore:

@@ -61,8 +61,10 @@ def test_local_second_lock_is_refused_and_names_the_holder(tmp_path):
         assert "valid: wait for it to finish, or another --run-dir" in str(err.value)
         info = json.loads((tmp_path / "run" / LOCK_NAME).read_text())
         assert info["pid"] == os.getpid()
-    assert os.listdir(run_dir) == []   # released: the lock file is gone
+    assert not os.path.exists(run_dir)   # released: the lock file and the directory it made are gone
+    os.makedirs(os.path.join(run_dir, "replay"))
     RunLock(run_dir).acquire().release()
+    assert os.listdir(run_dir) == ["replay"]   # a directory the run wrote in stays
 
 
 def test_local_lock_is_free_at_once_after_the_holder_is_killed(tmp_path, holder):
