@@ -306,14 +306,14 @@ class RunLock:
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, heartbeat_s: Optional[float] = None,
                  clock: Callable[[], float] = time.time):
         self.url = urls.normalize(url)
-        scheme = urls.scheme_of(self.url)
-        if scheme == "file":
-            self._impl: Any = _FileLock(self.url)
-        else:
-            store = (_MemoryLeaseStore(self.url) if scheme == "memory"
-                     else _KvLeaseStore(urls.kvstore_spec(self.url)))
-            self._impl = _Lease(self.url, store, timeout_s, heartbeat_s, clock)
+        self._args = (timeout_s, heartbeat_s, clock)
+        self._impl: Any = _FileLock(self.url) if urls.scheme_of(self.url) == "file" else None
         self.held = False
+
+    def _lease(self) -> "_Lease":
+        store = (_MemoryLeaseStore(self.url) if urls.scheme_of(self.url) == "memory"
+                 else _KvLeaseStore(urls.kvstore_spec(self.url)))
+        return _Lease(self.url, store, *self._args)
 
     @property
     def lost(self) -> bool:
@@ -322,7 +322,15 @@ class RunLock:
 
     def acquire(self) -> "RunLock":
         """Take the lock; raises RunDirInUse (held) or LocationError (cannot write there)."""
-        self._impl.acquire()
+        try:
+            if self._impl is None:
+                self._impl = self._lease()
+            self._impl.acquire()
+        except urls.LocationError:
+            raise
+        except (ValueError, OSError) as e:   # tensorstore / fsspec: no credentials, no bucket, no network
+            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise urls.LocationError(f"run directory {self.url} cannot be locked: {text}") from None
         self.held = True
         return self
 

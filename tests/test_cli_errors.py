@@ -144,6 +144,12 @@ def test_run_dir_that_cannot_be_written(tmp_path, capsys, a_file, request, where
         assert ("Read-only file system" in line) or ("Permission denied" in line), line
 
 
+def test_run_dir_with_an_unsupported_scheme(capsys):
+    assert _main("train")(["--executor", "local", "--run-dir", "foo://x/run", "--no-progress"]) == 2
+    assert _one_error(capsys) == ("error: unsupported URL scheme 'foo' in 'foo://x/run'; valid: local path or "
+                                  "file://, memory://, gs://, gcs://, s3://")
+
+
 @pytest.mark.parametrize("where, fragment", [
     ("dir", "is a directory; valid: a file path"),
     ("under-file", "is not a directory; valid: a path in an existing directory"),

@@ -246,3 +246,40 @@ def test_two_real_trainers_on_one_new_run_dir(tmp_path, capsys):
     finally:
         a.kill()
         a.wait()
+
+
+@pytest.fixture
+def s3_url(monkeypatch):
+    """``s3://<fresh bucket>/run`` on a local moto server (tensorstore and s3fs find it via AWS_*)."""
+    import logging
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_ENDPOINT_URL", endpoint), ("AWS_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    bucket = f"lease-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    yield f"s3://{bucket}/run"
+    server.stop()
+
+
+def test_s3_lease_refuses_takes_over_when_stale_and_never_deletes_a_successor(s3_url):
+    clock = Clock()
+    first = RunLock(s3_url, timeout_s=10.0, heartbeat_s=0, clock=clock).acquire()
+    with pytest.raises(RunDirInUse, match=f"run directory {s3_url} is in use by another trainer"):
+        RunLock(s3_url, heartbeat_s=0, clock=clock).acquire()
+    clock.t += 11.0
+    second = RunLock(s3_url, timeout_s=10.0, heartbeat_s=0, clock=clock).acquire()
+    assert first._impl.store.replace(b"late heartbeat", first._impl.generation) is None   # If-Match refused
+    first.release()
+    with pytest.raises(RunDirInUse):
+        RunLock(s3_url, heartbeat_s=0, clock=clock).acquire()
+    second.release()
+    RunLock(s3_url, heartbeat_s=0, clock=clock).acquire().release()
