@@ -39,6 +39,7 @@ stalled longer than the timeout), the holder warns once on stderr and marks
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -90,30 +91,37 @@ class _FileLock:
         self._created: list = []   # directories this lock created, deepest first (removed if left empty)
 
     def acquire(self) -> None:
-        import fcntl
         try:
             self._created = _missing_dirs(self.url)
-            os.makedirs(self.url, exist_ok=True)
-            while True:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    info = self._read(fd)
-                    os.close(fd)
-                    raise _in_use(self.url, info) from None
-                except BaseException:
-                    os.close(fd)
-                    raise
-                if self._still_linked(fd):
-                    break
-                os.close(fd)   # the holder unlinked it between our open and flock: lock the new file
+            fd = self._open_locked()
             self.fd = fd
-            info = {**_identity(), "acquired": time.time()}
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(info).encode(), 0)
+            os.pwrite(fd, json.dumps({**_identity(), "acquired": time.time()}).encode(), 0)
         except OSError as e:   # a file in the way, under a file, read-only, no permission, ...
             raise _unusable(self.url, e) from None
+
+    def _open_locked(self) -> int:
+        """Open and flock ``run.lock``, retrying while a holder is unlinking it (or its empty run dir)."""
+        import fcntl
+        for _ in range(100):
+            os.makedirs(self.url, exist_ok=True)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                continue           # the holder removed its empty run dir between our makedirs and open
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                info = self._read(fd)
+                os.close(fd)
+                raise _in_use(self.url, info) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if self._still_linked(fd):
+                return fd
+            os.close(fd)           # the holder unlinked it between our open and flock: lock the new file
+        raise OSError(errno.EAGAIN, "the lock file keeps being replaced", self.path)
 
     def _still_linked(self, fd: int) -> bool:
         try:

@@ -99,6 +99,23 @@ def test_of_many_concurrent_acquirers_exactly_one_wins(tmp_path, kind):
     won[0].release()
 
 
+RACER = ("import sys, time; from core.run_lock import RunLock, RunDirInUse\n"
+         "lock = RunLock(sys.argv[1])\n"
+         "while time.time() < float(sys.argv[2]): time.sleep(0.001)\n"
+         "try:\n    lock.acquire(); print('won', flush=True); time.sleep(2); lock.release()\n"
+         "except RunDirInUse:\n    print('refused', flush=True)\n")
+
+
+def test_of_concurrent_processes_on_a_new_run_dir_exactly_one_wins(tmp_path):
+    run_dir = str(tmp_path / "new" / "run")
+    start = time.time() + 3.0     # every process waits for the same instant, then acquires
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, run_dir, str(start)], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}) for _ in range(6)]
+    outcomes = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert outcomes == ["refused"] * 5 + ["won"]
+    assert _tree(str(tmp_path)) == {}     # nobody wrote a file (empty dirs may stay: a loser may have made them)
+
+
 @pytest.mark.parametrize("make, reason", [
     (lambda t: (t / "f").write_text("x") and t / "f", "it is a file"),
     (lambda t: (t / "f").write_text("x") and t / "f" / "run", "Not a directory"),
