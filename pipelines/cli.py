@@ -12,7 +12,7 @@ Every CLI's ``main`` is wrapped by :func:`cli_errors`, once:
 * anything else is a bug and keeps its traceback.
 
 Output locations are checked before long work (:func:`check_output_file`,
-:func:`check_output_dir`), so an unwritable ``--export`` fails in a second,
+:func:`check_creatable_dir`), so an unwritable ``--export`` fails in a second,
 not after the evaluation.
 
 Example::
@@ -132,19 +132,6 @@ def check_creatable_dir(path: str, what: str) -> None:
     if not os.path.isdir(ancestor):
         raise ConfigError(f"{what} {path!r} is under the file {ancestor!r}; valid: a directory (existing or new)")
     _probe_write(ancestor, what, path)
-
-
-def check_output_dir(path: str, what: str) -> None:
-    """Create the local directory ``path`` if needed and check it can be written; one-line ConfigError if not."""
-    from core.config import ConfigError
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"{what} {path!r} is a file; valid: a directory (existing or new)")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{what} {path!r} cannot be created ({e.strerror or type(e).__name__}); "
-                          "valid: a directory (existing or new) in a writable place") from None
-    _probe_write(path, what, path)
 
 
 def print_table(header: Sequence[str], rows: List[Sequence[object]], file=None) -> None:

@@ -174,8 +174,8 @@ def test_evaluate_export_is_checked_before_evaluating(tmp_path, capsys, a_file, 
 
 @pytest.mark.parametrize("where, fragment", [
     ("file", "is a file; valid: a directory (existing or new)"),
-    ("under-file", "cannot be created (Not a directory)"),
-    ("read-only", "cannot be"),
+    ("under-file", "is under the file "),
+    ("read-only", "cannot be written ("),
 ])
 def test_report_out_is_checked_before_reading_runs(tmp_path, capsys, a_file, request, where, fragment):
     out = {"file": a_file, "under-file": os.path.join(a_file, "report")}.get(where)
@@ -184,6 +184,7 @@ def test_report_out_is_checked_before_reading_runs(tmp_path, capsys, a_file, req
     assert _main("report")([str(tmp_path / "no-run"), "--out", out]) == 2
     line = _one_error(capsys)
     assert line.startswith(f"error: --out {out!r}") and fragment in line, line
+    assert not os.path.isdir(out)   # nothing created for a report that was refused
 
 
 @pytest.mark.parametrize("flag, value, valid", [
@@ -355,3 +356,16 @@ def test_ctrl_c_during_dask_training_exits_130_with_the_resume_command(tmp_path)
     step = int(last.split("checkpoint step ")[1].split(";")[0])
     assert _latest_step(os.path.join(run_dir, "checkpoints")) >= step
     RunLock(run_dir).acquire().release()    # released on Ctrl-C
+
+
+def test_interrupt_message_names_resume_only_when_a_checkpoint_exists(tmp_path):
+    import numpy as np
+    from core.checkpoint import Checkpointer
+    from pipelines.train import interrupt_message
+    run_dir = str(tmp_path / "run")
+    assert interrupt_message(run_dir) == (f"interrupted before the first complete checkpoint; nothing to resume in "
+                                          f"{run_dir}: start again with a new --run-dir")
+    with Checkpointer(os.path.join(run_dir, "checkpoints")) as ckpt:
+        ckpt.save(64, {"w": np.zeros(3, np.float32)})
+    assert interrupt_message(run_dir) == ("interrupted at checkpoint step 64; resume with: "
+                                          f"python -m pipelines.train --resume {run_dir}")
