@@ -300,3 +300,37 @@ def test_s3_lease_refuses_takes_over_when_stale_and_never_deletes_a_successor(s3
         RunLock(s3_url, heartbeat_s=0, clock=clock).acquire()
     second.release()
     RunLock(s3_url, heartbeat_s=0, clock=clock).acquire().release()
+
+
+@pytest.mark.timeout(400)
+def test_two_real_resumes_at_once(tmp_path, capsys):
+    """The review's second repro: two ``--resume`` of one run; the second is refused and changes nothing."""
+    from pipelines.train import main
+    run_dir = str(tmp_path / "run")
+    small = ["--set", "replay.min_size=256", "--set", "checkpoint.every_steps=50", "--set", "eval.every_env_steps=100000"]
+    assert main(["--executor", "local", "--run-dir", run_dir, "--no-progress", "--set", "total_env_steps=1024",
+                 *small]) == 0
+    capsys.readouterr()
+    a = subprocess.Popen([sys.executable, "-m", "pipelines.train", "--resume", run_dir, "--no-progress",
+                          "--set", "total_env_steps=1000000"], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lock_file, deadline = os.path.join(run_dir, LOCK_NAME), time.time() + 120
+        while a.poll() is None and time.time() < deadline:
+            try:
+                if json.load(open(lock_file)).get("pid") == a.pid:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        assert a.poll() is None, a.stderr.read()
+        config_before = open(os.path.join(run_dir, "config.json")).read()
+        assert main(["--resume", run_dir, "--no-progress", "--set", "total_env_steps=2048"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            f"error: run directory {run_dir} is in use by another trainer (pid {a.pid} on "), err
+        assert open(os.path.join(run_dir, "config.json")).read() == config_before
+        assert a.poll() is None       # A resumes on, undisturbed
+    finally:
+        a.kill()
+        a.wait()
