@@ -46,7 +46,7 @@ class ConfigError(ValueError):
 class EnvConfig:
     id: str = "CartPole-v1"
     num_envs: int = 8                  # vectorized envs per actor task
-    max_episode_steps: Optional[int] = None
+    max_episode_steps: Optional[int] = None   # None = the env's own time limit; else >= 1 (0 is an error)
 
 
 @dataclasses.dataclass
@@ -85,7 +85,7 @@ class LearnerConfig:
 class CheckpointConfig:
     every_steps: int = 2_000           # learner steps between checkpoints
     keep_last: int = 3
-    keep_every: Optional[int] = None
+    keep_every: Optional[int] = None   # also keep every step divisible by this (None = none; else >= 1)
     engine: Literal["auto", "dask"] = "auto"   # dask: the run's Dask workers write the chunks
                                                # (executor dask; a run dir every worker reaches)
 

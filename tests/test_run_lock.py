@@ -334,3 +334,27 @@ def test_two_real_resumes_at_once(tmp_path, capsys):
     finally:
         a.kill()
         a.wait()
+
+
+@pytest.mark.parametrize("exc, code", [(FileNotFoundError("--resume: no complete checkpoint"), 2),
+                                       (KeyboardInterrupt(), 130)])
+def test_the_lock_is_released_when_training_fails_or_is_interrupted(tmp_path, monkeypatch, capsys, exc, code):
+    import signal as sig
+    from pipelines import train as train_cli
+    run_dir = str(tmp_path / "run")
+    held = []
+
+    def failing(*args, **kwargs):
+        with pytest.raises(RunDirInUse):   # held while training runs
+            RunLock(run_dir).acquire()
+        held.append(True)
+        raise exc
+    monkeypatch.setattr(train_cli, "_train_locked", failing)
+    previous = sig.getsignal(sig.SIGINT)
+    try:
+        assert train_cli.main(["--executor", "local", "--run-dir", run_dir, "--no-progress"]) == code
+    finally:
+        sig.signal(sig.SIGINT, previous)
+    assert held == [True]
+    capsys.readouterr()
+    RunLock(run_dir).acquire().release()  # released on the way out
