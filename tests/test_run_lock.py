@@ -307,7 +307,8 @@ def test_two_real_resumes_at_once(tmp_path, capsys):
     """The review's second repro: two ``--resume`` of one run; the second is refused and changes nothing."""
     from pipelines.train import main
     run_dir = str(tmp_path / "run")
-    small = ["--set", "replay.min_size=256", "--set", "checkpoint.every_steps=50", "--set", "eval.every_env_steps=100000"]
+    small = ["--set", "replay.min_size=256", "--set", "checkpoint.every_steps=50",
+             "--set", "eval.every_env_steps=100000"]
     assert main(["--executor", "local", "--run-dir", run_dir, "--no-progress", "--set", "total_env_steps=1024",
                  *small]) == 0
     capsys.readouterr()
