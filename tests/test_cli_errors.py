@@ -318,6 +318,13 @@ def _latest_step(url):
         return None
 
 
+def _foreground_sigint():
+    """In the child: SIGINT as in a terminal's foreground job. A shell without job control starts
+    background jobs (``cmd &``) with SIGINT ignored, which children inherit; then Python installs
+    no KeyboardInterrupt handler and Ctrl-C is (rightly) ignored, which is not what this test is about."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.timeout(400)
 def test_ctrl_c_during_dask_training_exits_130_with_the_resume_command(tmp_path):
     """SIGINT to the whole process group, as a terminal's Ctrl-C: driver and Dask workers all get it."""
@@ -327,7 +334,7 @@ def test_ctrl_c_during_dask_training_exits_130_with_the_resume_command(tmp_path)
                           "--set", "total_env_steps=1000000", "--set", "checkpoint.every_steps=50",
                           "--set", "replay.min_size=256"],
                          cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=_foreground_sigint)
     err = []
     reader = threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read(1), "")), daemon=True)
     reader.start()
