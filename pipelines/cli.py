@@ -1,21 +1,44 @@
-"""Shared CLI plumbing: one-line errors with exit status 2, and plain tables.
+"""Shared CLI plumbing: one-line errors with exit status 2, Ctrl-C, output checks, plain tables.
 
-Bad input (configs, paths, env ids, corrupted or too-new stores) raises one
-of DataBloom's user-error classes; :func:`cli_errors` prints it as a single
-``error: ...`` line on stderr and exits 2. Anything else is a bug and keeps
-its traceback.
+Every CLI's ``main`` is wrapped by :func:`cli_errors`, once:
+
+* bad input (configs, paths, env ids, corrupted or too-new stores, a run
+  directory in use) raises one of DataBloom's user-error classes, and every
+  ``OSError`` (a file in the way, a read-only file system, a scheduler that
+  does not answer) is the environment's, not a bug: both print as a single
+  ``error: ...`` line on stderr, exit status 2;
+* Ctrl-C prints one line, exit status 130: the :class:`Interrupted` message
+  (``pipelines.train`` names the resume command there) or ``interrupted``;
+* anything else is a bug and keeps its traceback.
+
+Output locations are checked before long work (:func:`check_output_file`,
+:func:`check_creatable_dir`), so an unwritable ``--export`` fails in a second,
+not after the evaluation.
+
+Example::
+
+    @cli_errors
+    def main(argv=None) -> int:
+        args = parser.parse_args(argv)
+        check_output_file(args.export, "--export")   # before the long work
+        ...
 """
 from __future__ import annotations
 
 import functools
 import os
 import sys
+import uuid
 import warnings
 
 # Quiet TensorFlow's C++ start-up chatter before anything imports TF.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 warnings.filterwarnings("ignore", message="Statistics for quantized inputs were expected")
-from typing import Callable, List, Sequence, Tuple, Type
+from typing import Callable, List, Optional, Sequence, Tuple, Type
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C with a one-line message for the user (e.g. how to resume)."""
 
 
 def user_errors() -> Tuple[Type[BaseException], ...]:
@@ -23,7 +46,7 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
     from core.config import ConfigError
     from core.envs import EnvError
     from core.urls import LocationError
-    errors: list = [ConfigError, EnvError, LocationError, FileNotFoundError]
+    errors: list = [ConfigError, EnvError, LocationError, OSError]
     try:
         from core.replay import ReplayError
         errors.append(ReplayError)
@@ -37,20 +60,78 @@ def user_errors() -> Tuple[Type[BaseException], ...]:
     return tuple(errors)
 
 
+def error_line(e: BaseException) -> str:
+    """The one-line message of a user error (OSError: what failed, and on which path)."""
+    if isinstance(e, OSError) and e.strerror and e.filename is not None:
+        where = f"{e.filename}" + (f" -> {e.filename2}" if e.filename2 is not None else "")
+        return f"{e.strerror}: {where}"
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _quiet_second_interrupt() -> None:
+    """A second Ctrl-C while the first is being reported must not print a traceback."""
+    import signal
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:   # not the main thread (a main() called from a thread, in tests)
+        pass
+
+
 def cli_errors(main: Callable[..., int]) -> Callable[..., int]:
-    """Wrap a CLI ``main``: user errors -> one line on stderr, exit code 2."""
+    """Wrap a CLI ``main``: user and OS errors -> one ``error:`` line, exit 2; Ctrl-C -> one line, exit 130."""
     @functools.wraps(main)
     def wrapper(*args, **kwargs) -> int:
         try:
             return main(*args, **kwargs)
         except user_errors() as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(f"error: {msg}", file=sys.stderr)
+            print(f"error: {error_line(e)}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
+        except KeyboardInterrupt as e:
+            _quiet_second_interrupt()
+            print(str(e) if isinstance(e, Interrupted) and str(e) else "interrupted", file=sys.stderr)
             return 130
     return wrapper
+
+
+def _probe_write(directory: str, what: str, path: str) -> None:
+    """Create and delete a file in ``directory``: the only check that holds for root and read-only mounts."""
+    from core.config import ConfigError
+    probe = os.path.join(directory, f".databloom-probe-{uuid.uuid4().hex}")
+    try:
+        with open(probe, "xb"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{what} {path!r} cannot be written ({e.strerror or type(e).__name__}); "
+                          "valid: a path in a writable directory") from None
+
+
+def check_output_file(path: Optional[str], what: str) -> None:
+    """Raise a one-line ConfigError unless the local file ``path`` can be written (None: nothing to check)."""
+    from core.config import ConfigError
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise ConfigError(f"{what} {path!r} is a directory; valid: a file path")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        reason = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise ConfigError(f"{what} {path!r}: {parent!r} {reason}; valid: a path in an existing directory")
+    _probe_write(parent, what, path)
+
+
+def check_creatable_dir(path: str, what: str) -> None:
+    """Check that the local directory ``path`` exists or can be created there, writing nothing that stays."""
+    from core.config import ConfigError
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{what} {path!r} is a file; valid: a directory (existing or new)")
+    ancestor = os.path.abspath(path)
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ConfigError(f"{what} {path!r} is under the file {ancestor!r}; valid: a directory (existing or new)")
+    _probe_write(ancestor, what, path)
 
 
 def print_table(header: Sequence[str], rows: List[Sequence[object]], file=None) -> None:

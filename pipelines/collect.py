@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from pipelines.cli import cli_errors, print_table
+from pipelines.cli import check_creatable_dir, cli_errors, print_table
 from pipelines.evaluate import policy_payload
 
 
@@ -40,6 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_options(episodes: int, epsilon: float, num_actors: int, num_envs: int, steps_per_task: int,
+                  seed: int) -> None:
+    """One-line DatasetError for the first option out of range (0 actors would collect 0 episodes)."""
+    from core.config import MAX_SEED
+    from core.dataset.errors import DatasetError
+    checks = [("--episodes", episodes, episodes >= 1, ">= 1"),
+              ("--epsilon", epsilon, 0.0 <= epsilon <= 1.0, "0..1"),
+              ("--num-actors", num_actors, num_actors >= 1, ">= 1"),
+              ("--num-envs", num_envs, 1 <= num_envs <= 4096, "1..4096"),
+              ("--steps-per-task", steps_per_task, steps_per_task >= 1, ">= 1"),
+              ("--seed", seed, 0 <= seed <= MAX_SEED, f"0..{MAX_SEED}")]
+    for flag, value, ok, valid in checks:
+        if not ok:
+            raise DatasetError(f"{flag} {value} is out of range; valid: {valid}")
+
+
 def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynamic", executor: str = "local",
             checkpoint: str = "best", epsilon: float = 0.0, num_actors: int = 2, num_envs: int = 8,
             steps_per_task: int = 64, seed: int = 424_242, progress: bool = True) -> Dict[str, Any]:
@@ -51,12 +67,15 @@ def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynami
     from core.rollout import ActorSpec
     from pipelines import stages
     from pipelines.executors import make_executor
-    if episodes < 1 or not 0.0 <= epsilon <= 1.0:
-        raise DatasetError(f"--episodes {episodes} --epsilon {epsilon} invalid; valid: episodes >= 1, 0 <= epsilon <= 1")
+    check_options(episodes, epsilon, num_actors, num_envs, steps_per_task, seed)
     out = urls.normalize(out)
     fs, path = urls.resolve(out)
+    if fs.exists(path) and not fs.isdir(path):
+        raise DatasetError(f"--out {out} is a file; valid: a new, absent or empty folder")
     if fs.exists(path) and fs.ls(path, detail=False):
         raise DatasetError(f"--out {out} already exists and is not empty; valid: a new, absent or empty folder")
+    if urls.scheme_of(out) == "file":   # unwritable: fail now, not after loading and quantizing the policy
+        check_creatable_dir(out, "--out")
     cfg, builder, payload, label = policy_payload(run_dir, checkpoint, precision, seed, version=1)
     store = ReplayStore.open_or_create(out, env_id=cfg.env.id, **cfg.replay.writer_options())
     ex = make_executor(executor, cfg)

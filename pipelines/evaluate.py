@@ -20,7 +20,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from pipelines.cli import cli_errors, print_table
+from pipelines.cli import check_output_file, cli_errors, print_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,12 +102,20 @@ def policy_payload(run_dir: str, which: str, precision: Optional[str], seed: int
     return cfg, builder, payload, label
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Every option, and that ``--export`` can be written, before the (long) evaluation."""
+    from core.config import MAX_SEED, ConfigError
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes {args.episodes} is out of range; valid: >= 1")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise ConfigError(f"--seed {args.seed} is out of range; valid: 0..{MAX_SEED}")
+    check_output_file(args.export, "--export")
+
+
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.episodes < 1:
-        print("error: --episodes must be >= 1", file=sys.stderr)
-        return 2
+    check_args(args)
     from core.evaluation import evaluate_payload
     cfg, builder, payload, label = policy_payload(args.run_dir, args.checkpoint, args.precision, args.seed + 1)
     precision = payload.precision

@@ -128,6 +128,8 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
         export.check_format(args.format)
     if args.command == "stats" and args.bins < 1:
         raise DatasetError(f"--bins {args.bins} invalid; valid: >= 1")
+    from core.config import check_dask_address
+    check_dask_address(args.dask_address, "--dask-address")   # a typo: one line, before any engine
     # A bad, empty, damaged-log or lost-chunk store fails here, in one line, before an engine starts.
     shards.verify_snapshot(*shards.open_snapshot(args.store, args.version))
     with engines.make_engine(args.executor, pipeline_args, args.dask_address) as engine:

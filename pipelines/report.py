@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pipelines.cli import cli_errors
+from pipelines.cli import check_creatable_dir, cli_errors
 
 
 @cli_errors
@@ -26,6 +26,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (local paths or URLs)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory for report.md and PNGs")
     args = p.parse_args(argv)
+    check_creatable_dir(args.out, "--out")   # before reading every run
     try:
         result = report_lib.write_report(report_lib.load_runs(args.run_dirs), args.out)
     except report_lib.ReportError as e:

@@ -9,6 +9,12 @@ Examples::
     python -m pipelines.train --executor local --set total_env_steps=20000
     python -m pipelines.train --dask-address tcp://10.0.0.5:8786 --run-dir gs://bucket/runs/a
     python -m pipelines.train --resume runs/cartpole-dqn
+
+Before anything is written the config is fully validated and the run
+directory is locked (:mod:`core.run_lock`): a second trainer on a directory
+in use, new run or ``--resume``, exits 2 and writes nothing. The lock is
+released on exit, also on an error or Ctrl-C. Ctrl-C ends with one line that
+names the resume command, exit status 130.
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ import os
 import sys
 from typing import List, Optional
 
-from pipelines.cli import cli_errors, print_table
+from pipelines.cli import Interrupted, cli_errors, print_table
 
 HELP_EPILOG = """
 run directory layout:
@@ -100,9 +106,66 @@ def default_run_dir(name: str) -> str:
     return candidate
 
 
+def check_pipeline_args(cfg, pipeline_args: List[str], offline_dataset: Optional[str]) -> None:
+    """Unknown options are Beam pipeline options: refuse them (before anything is written) elsewhere."""
+    if pipeline_args and not offline_dataset and cfg.inference != "central" and cfg.executor != "beam":
+        from core.config import ConfigError
+        raise ConfigError(f"unrecognized arguments: {' '.join(pipeline_args)} "
+                          f"(pipeline options pass through only with --executor beam)")
+
+
+def check_new_run_dir(run_dir: str) -> None:
+    """A new run never reuses a directory that holds one (its shard ids and config would clash)."""
+    from core import config as config_lib
+    from core import urls
+    fs, path = urls.resolve(run_dir)
+    if fs.exists(f"{path}/config.json"):
+        raise config_lib.ConfigError(f"{run_dir} already holds a run; valid: --resume {run_dir}, or a new --run-dir")
+
+
+def interrupt_message(run_dir: str) -> str:
+    """The one line printed on Ctrl-C: how to resume, or why there is nothing to resume yet."""
+    from core import urls
+    from core.checkpoint import Checkpointer
+    try:
+        with Checkpointer(urls.join(run_dir, "checkpoints")) as ckpt:
+            step = ckpt.latest_step()
+    except Exception:  # noqa: BLE001 - unreadable: say so below rather than fail while exiting
+        step = None
+    if step is None:
+        return (f"interrupted before the first complete checkpoint; nothing to resume in {run_dir}: "
+                "start again with a new --run-dir")
+    return f"interrupted at checkpoint step {step}; resume with: python -m pipelines.train --resume {run_dir}"
+
+
+def _close_progress_bars() -> None:
+    """Close progress bars left open by the interrupted loop, so the resume line is the last one."""
+    try:
+        from tqdm import tqdm
+        for bar in list(getattr(tqdm, "_instances", [])):
+            bar.close()
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
+
+
 def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
           pipeline_args: Optional[List[str]] = None, offline_dataset: Optional[str] = None) -> dict:
-    """Run one training job with ``cfg`` into ``run_dir``; returns the summary."""
+    """Run one training job with ``cfg`` into ``run_dir``; returns the summary.
+
+    Holds the run-directory lock (:class:`core.run_lock.RunLock`) from before
+    the first write to the end, so a second trainer on ``run_dir`` is refused
+    (``RunDirInUse``) without writing anything.
+    """
+    from core.run_lock import RunLock
+    check_pipeline_args(cfg, pipeline_args or [], offline_dataset)
+    with RunLock(run_dir):
+        if not resume:
+            check_new_run_dir(run_dir)
+        return _train_locked(cfg, run_dir, progress, resume, pipeline_args, offline_dataset)
+
+
+def _train_locked(cfg, run_dir: str, progress: bool, resume: bool, pipeline_args: Optional[List[str]],
+                  offline_dataset: Optional[str]) -> dict:
     if offline_dataset:
         from pipelines.offline import train_offline
         return train_offline(cfg, run_dir, offline_dataset, progress=progress)
@@ -112,10 +175,6 @@ def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
     if cfg.executor == "beam":
         from pipelines.rounds import train_in_rounds
         return train_in_rounds(cfg, run_dir, pipeline_args or [], progress=progress, resume=resume)
-    if pipeline_args:
-        from core.config import ConfigError
-        raise ConfigError(f"unrecognized arguments: {' '.join(pipeline_args)} "
-                          f"(pipeline options pass through only with --executor beam)")
     from pipelines.driver import Trainer
     from pipelines.executors import run_with_executor
     return run_with_executor(Trainer, cfg, run_dir, progress, resume)
@@ -144,10 +203,14 @@ def print_summary(summary: dict) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     # Unknown options are Beam pipeline options (--runner, --project, ...): passed through untouched.
     args, pipeline_args = build_parser().parse_known_args(argv)
-    cfg = resolve_config(args)
+    cfg = resolve_config(args)                    # every value range-checked: nothing written yet
     run_dir = args.resume or args.run_dir or cfg.run_dir or default_run_dir(cfg.name)
-    summary = train(cfg, run_dir, progress=not args.no_progress, resume=bool(args.resume),
-                    pipeline_args=pipeline_args, offline_dataset=args.offline_dataset)
+    try:   # train() locks run_dir first: a directory in use is refused with nothing written
+        summary = train(cfg, run_dir, progress=not args.no_progress, resume=bool(args.resume),
+                        pipeline_args=pipeline_args, offline_dataset=args.offline_dataset)
+    except KeyboardInterrupt:
+        _close_progress_bars()
+        raise Interrupted(interrupt_message(run_dir)) from None
     print_summary(summary)
     return 0
 

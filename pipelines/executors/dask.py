@@ -11,10 +11,31 @@
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+
+@contextlib.contextmanager
+def _workers_ignore_sigint():
+    """Start worker processes with SIGINT ignored (inherited across spawn; Python then adds no handler).
+
+    Ctrl-C in a terminal reaches the whole process group: without this every
+    worker prints a KeyboardInterrupt traceback. The driver alone handles
+    Ctrl-C and closes the cluster, which stops the workers.
+    """
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class DaskExecutor:
@@ -31,9 +52,10 @@ class DaskExecutor:
             self.client = Client(address, timeout="20s")
         else:
             n = n_workers or os.cpu_count() or 1
-            self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
-                                         processes=True, dashboard_address=None,
-                                         env=thread_env or {}, silence_logs=logging.ERROR)
+            with _workers_ignore_sigint():
+                self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
+                                             processes=True, dashboard_address=None,
+                                             env=thread_env or {}, silence_logs=logging.ERROR)
             self.client = Client(self._cluster)
         self.client.wait_for_workers(1, timeout=60)
         self._addrs: List[str] = []
