@@ -55,6 +55,9 @@ class ActorsConfig:
     precision: Literal["fp32", "fp16", "int8-dynamic", "int8-full"] = "int8-dynamic"
     broadcast_period: int = 250        # learner steps between policy versions
     calibration_size: int = 512        # replay observations used to calibrate int8-full
+    policy_lag: int = 1                # learner blocks between a version and the rollouts that use it
+                                       # (pipelines/plan.py); 0 = actors wait for every learner block
+    stall_timeout_s: float = 0.0       # no progress this long = a one-line error (0 = max(120 s, 10x slowest task))
 
 
 @dataclasses.dataclass
@@ -149,6 +152,8 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "actors.steps_per_task": (lambda v: v >= 1, ">= 1"),
     "actors.broadcast_period": (lambda v: v >= 1, ">= 1"),
     "actors.calibration_size": (lambda v: v >= 1, ">= 1"),
+    "actors.policy_lag": (lambda v: 0 <= v <= 64, "0..64 (learner blocks)"),
+    "actors.stall_timeout_s": (lambda v: v >= 0, ">= 0 (0 = auto)"),
     "replay.capacity": (lambda v: v >= 1, ">= 1"),
     "replay.min_size": (lambda v: v >= 1, ">= 1"),
     "replay.shard_target_bytes": (lambda v: v >= 1024, ">= 1024"),

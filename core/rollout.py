@@ -7,11 +7,28 @@ state between tasks, in a registry local to the worker process, so that
 episodes continue across tasks (and therefore across replay shards).
 
 Retries are harmless: everything a task produces is a deterministic function
-of ``(seed, actor_id, task_index)`` and the actor's env state. If a task is
-retried on a worker that does not hold the actor's state (its worker died),
-the actor is rebuilt from seeds and starts new episodes; episode ids stay
-unique because an episode started in task ``k`` gets the counter
-``(k << 10) | i`` (see :func:`core.trajectory.make_episode_id`).
+of ``(seed, actor_id, task_index)`` and the actor's env state. An actor is
+built from seeds at its ``ActorSpec.first_task`` (0, or where a resumed run
+starts it); an episode started in task ``k`` gets the counter ``(k << 10) | i``
+(see :func:`core.trajectory.make_episode_id`).
+
+Env state as data: every result carries ``next_state``, the actor's state
+after the task (envs, observations, episode bookkeeping, recurrent carry;
+everything but the LiteRT interpreter) as pickled bytes in memory, never on
+disk. An executor passes the actor's previous result to its next task
+(``after=``), so a task that runs on a worker that does not hold the actor
+(Dask moved or stole it) continues from that state, bit-identically.
+
+Fault tolerance, not bit-identity, when that state is gone too: a task whose
+predecessor's result was lost (its worker died and Dask forgot it), or an
+actor whose envs cannot be pickled, rebuilds the actor from seeds at that
+task and plays *new* episodes. Their stream ids carry an
+incarnation bit (bit 21), so they never reuse the ids of the lost actor's
+episodes, some of which may already be committed. The rebuild is itself
+deterministic (seeds from ``(seed, actor, task)``). Such a run stays complete
+and consistent, but is not bit-identical to an undisturbed one. (Losing the
+*rebuilt* actor's output of the same task again, after part of it was
+committed, would reuse its ids: two losses of one task, not guarded.)
 
 Example::
 
@@ -48,6 +65,7 @@ class ActorSpec:
     max_episode_steps: Optional[int] = None
     litert_threads: int = 1
     selector: str = "epsilon_greedy"    # action selector in core.exploration
+    first_task: int = 0                 # the task the actor is built at from seeds (no state before it)
 
 
 @dataclasses.dataclass
@@ -67,12 +85,13 @@ class RolloutStats:
 class RolloutResult:
     batch: TrajectoryBatch
     stats: RolloutStats
+    next_state: Optional[bytes] = None    # ActorState.snapshot() after the task (module docstring)
 
 
 class ActorState:
     """Env state of one actor, persisted between its tasks on one worker."""
 
-    def __init__(self, spec: ActorSpec, task_index: int):
+    def __init__(self, spec: ActorSpec, task_index: int, incarnation: int = 0):
         self.spec = spec
         # Seeds depend on the task the actor is (re)built at, so a rebuilt
         # actor does not replay the episodes its lost predecessor played.
@@ -80,7 +99,8 @@ class ActorState:
                                               seed=_env_seed(spec, task_index),
                                               max_episode_steps=spec.max_episode_steps)
         e = spec.num_envs
-        self.streams = spec.actor_id * e + np.arange(e, dtype=np.int64)
+        # Stream ids < 2**21; a recovery rebuild sets bit 21 (module docstring).
+        self.streams = (spec.actor_id * e + np.arange(e, dtype=np.int64)) | (np.int64(incarnation) << 21)
         self.obs_terminated = np.zeros(e, bool)
         self.obs_truncated = np.zeros(e, bool)
         self.step = np.zeros(e, np.int32)
@@ -94,12 +114,41 @@ class ActorState:
         self.env_spec = env_spec(spec.env_id)
         self.select = SELECTORS[spec.selector]
 
+    def snapshot(self) -> Optional[bytes]:
+        """This state as bytes (in memory only), or None if the envs cannot be pickled.
+
+        The vector env's ``env_fns`` (closures) are left out: a restored env
+        steps its sub-envs and never rebuilds them.
+        """
+        import pickle
+        fields = {k: v for k, v in self.__dict__.items() if k not in ("policy", "envs")}
+        envs = {k: v for k, v in self.envs.__dict__.items() if k != "env_fns"}
+        try:
+            return pickle.dumps((type(self.envs), envs, fields), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:   # e.g. an emulator handle: such envs are fault-tolerant, not bit-identical
+            return None
+
+    @classmethod
+    def restore(cls, blob: bytes) -> "ActorState":
+        """The state :meth:`snapshot` captured (its policy is set again by the next task)."""
+        import pickle
+        env_type, envs, fields = pickle.loads(blob)
+        state = cls.__new__(cls)
+        state.__dict__.update(fields)
+        state.envs = env_type.__new__(env_type)
+        state.envs.__dict__.update(envs)
+        state.envs.env_fns = None
+        state.policy = None
+        return state
+
     def set_policy(self, payload) -> None:
         from core.policy import LiteRTPolicy  # actors import LiteRT, never TF
         if self.policy is None:
             self.policy = LiteRTPolicy(payload, batch_size=self.spec.num_envs,
                                        num_threads=self.spec.litert_threads)
-            self.carry = make_carry(self.spec.selector, payload, self.spec.num_envs, self.env_spec.obs_dim)
+            if not getattr(self, "has_carry", False):   # a restored state keeps its recurrent carry
+                self.carry = make_carry(self.spec.selector, payload, self.spec.num_envs, self.env_spec.obs_dim)
+                self.has_carry = True
         elif self.policy.version != payload.version:
             self.policy.update(payload)
 
@@ -193,18 +242,22 @@ _ACTORS_LOCK = threading.Lock()
 
 
 def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
-                     explore: Dict[str, float]) -> RolloutResult:
+                     explore: Dict[str, float], after=None) -> RolloutResult:
     """The rollout stage as a schedulable task (any executor).
 
     Reuses the actor's env state if this worker holds it at the right task
-    index; otherwise rebuilds the actor (first task, or a retry elsewhere).
-    A task that fails drops the actor's state, so a retry starts clean.
+    index; otherwise builds the actor (at ``spec.first_task``) or rebuilds it
+    with a fresh incarnation (a retry elsewhere; module docstring). A task
+    that fails drops the actor's state, so a retry starts clean. ``after``
+    is the actor's previous result: passing it makes executors run an
+    actor's tasks in order, and its ``next_state`` lets another worker
+    continue the actor exactly.
     """
     key = (spec.run_id, spec.actor_id)
     with _ACTORS_LOCK:
         state = _ACTORS.get(key)
         if state is None or state.next_task != task_index or state.spec != spec:
-            state = ActorState(spec, task_index)
+            state = _state_for(spec, task_index, after)
             _ACTORS[key] = state
     try:
         result = rollout(state, payload, task_index, num_steps, explore)
@@ -213,7 +266,18 @@ def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
             _ACTORS.pop(key, None)
         raise
     state.next_task = task_index + 1
+    result.next_state = state.snapshot()
     return result
+
+
+def _state_for(spec: ActorSpec, task_index: int, after) -> ActorState:
+    """The actor's state before ``task_index`` when this worker does not hold it (module docstring)."""
+    blob = getattr(after, "next_state", None)
+    if blob is not None and after.stats.task_index == task_index - 1:
+        state = ActorState.restore(blob)
+        if state.spec == spec:
+            return state
+    return ActorState(spec, task_index, incarnation=0 if task_index == spec.first_task else 1)
 
 
 def release_actors(run_id: str) -> int:

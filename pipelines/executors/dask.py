@@ -65,6 +65,11 @@ class DaskExecutor:
             self._addrs_time = time.monotonic()
         return self._addrs
 
+    def placement(self, num_actors: int) -> Dict[int, str]:
+        """The worker each actor is pinned to (it may move if that worker dies)."""
+        addrs = self._worker_addresses()
+        return {a: addrs[a % len(addrs)] if addrs else "any" for a in range(num_actors)}
+
     def workers(self) -> Dict[str, Dict[str, Any]]:
         return self.client.scheduler_info(n_workers=-1)["workers"]
 
