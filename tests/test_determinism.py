@@ -93,3 +93,24 @@ def test_policy_lag_is_part_of_the_plan(local_run, tmp_path):
     versions = lambda r: [int(x["policy_version"].max()) for _, x in _replay(r[1])]
     assert versions(local_run) == [1, 1, 2, 3]        # block b acts with the version after block b - 2
     assert versions(run) == [1, 2, 3, 4]              # lag 0: the version after block b - 1
+
+
+def test_a_run_on_a_real_dask_cluster_is_bit_identical_to_the_local_run(local_run, tmp_path):
+    """``dask scheduler`` + 2 ``dask worker`` processes, work stealing on (the scheduler's default):
+    a stolen or moved rollout continues its actor from the state its predecessor's result carries."""
+    import subprocess
+    import sys
+    from test_dask_cluster import REPO, THREAD_ENV, Cluster
+    cluster = Cluster(tmp_path)
+    run_dir = str(tmp_path / "cluster")
+    try:
+        out = subprocess.run([sys.executable, "-m", "pipelines.train", "--executor", "dask", "--dask-address",
+                              cluster.address, "--run-dir", run_dir, "--no-progress",
+                              *[a for s in SETTINGS for a in ("--set", s)]],
+                             cwd=REPO, capture_output=True, text=True, env={**os.environ, **THREAD_ENV}, timeout=400)
+    finally:
+        cluster.close()
+    assert out.returncode == 0, out.stderr[-3000:]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    _assert_same_run(local_run, (summary, run_dir), "local vs dask cluster")

@@ -72,16 +72,19 @@ def test_epsilon_greedy():
 
 def test_an_actor_moved_to_another_worker_continues_from_its_state_as_data(payload):
     """``after=`` (the previous result) carries the actor's state: a worker without it continues exactly."""
+    import pickle
     spec = ActorSpec("test-move", "CartPole-v1", num_envs=3, seed=5, actor_id=1)
     first = run_rollout_task(spec, payload, 0, 40, explore={"epsilon": 0.5})
+    sent = pickle.loads(pickle.dumps(first))     # the result as Dask sends it to another worker
     stayed = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}, after=first).batch
     release_actors("test-move")
     run_rollout_task(spec, payload, 0, 40, explore={"epsilon": 0.5})
     release_actors("test-move")      # the next task runs where the actor never was
-    moved = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}, after=first).batch
+    moved = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}, after=sent).batch
     for name, value in stayed.fields().items():
         np.testing.assert_array_equal(value, moved.fields()[name], err_msg=name)
     release_actors("test-move")
-    rebuilt = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}).batch   # no state: rebuilt
+    late = pickle.loads(pickle.dumps(first))     # sent after the actor moved on: no state, so rebuilt
+    rebuilt = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}, after=late).batch
     assert (rebuilt.episode_id[0] >> 53 == 1).all() and (stayed.episode_id >> 53 == 0).all()   # bit 21 of stream
     release_actors("test-move")

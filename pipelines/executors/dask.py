@@ -28,10 +28,14 @@ class DaskExecutor:
         if address:
             self.client = Client(address, timeout="20s")
         else:
+            import dask
             n = n_workers or os.cpu_count() or 1
-            self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
-                                         processes=True, dashboard_address=None,
-                                         env=thread_env or {}, silence_logs=logging.ERROR)
+            # No work stealing: a stolen rollout leaves its actor's warm worker (its env state and
+            # LiteRT interpreter) and must ship the state along (core.rollout); pinned is cheaper.
+            with dask.config.set({"distributed.scheduler.work-stealing": False}):
+                self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
+                                             processes=True, dashboard_address=None,
+                                             env=thread_env or {}, silence_logs=logging.ERROR)
             self.client = Client(self._cluster)
         self.client.wait_for_workers(1, timeout=60)
         self._addrs: List[str] = []
