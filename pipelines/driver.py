@@ -103,6 +103,8 @@ class _Flight:
     slowest_task_s: float = 0.0
     retries: int = 0
     stop: bool = False
+    idle_s: Dict[str, float] = dataclasses.field(   # driver (learner) idle seconds, by what it waited for
+        default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "other": 0.0})
 
     @classmethod
     def begin(cls, trainer: "Trainer") -> "_Flight":
@@ -308,6 +310,8 @@ class Trainer:
         for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
             fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
         self.driver_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
+        self.log.write("schedule", step=self.loop.env_steps, blocks=self.loop.block, wall_s=time.time() - f.start,
+                       idle_s={k: round(v, 3) for k, v in f.idle_s.items()}, task_retries=f.retries)
         self._checkpoint()
         self.ckpt.wait()
         summary = self._finish(f.start, f.lags)
@@ -500,6 +504,7 @@ class Trainer:
             self.executor.wait(pending, timeout=0.05)
         else:
             time.sleep(0.002)
+        f.idle_s[waiting[0][0].split(" ")[0] if waiting else "other"] += time.time() - now
         bound = self.cfg.actors.stall_timeout_s or max(STALL_MIN_S, 10 * f.slowest_task_s)
         if time.time() - f.last_progress > bound:
             what = ", ".join(name for name, _ in waiting) or "nothing (a bug)"
