@@ -103,6 +103,7 @@ class _Flight:
     slowest_task_s: float = 0.0
     retries: int = 0
     stop: bool = False
+    busy_s: Dict[str, float] = dataclasses.field(default_factory=dict)   # driver seconds per loop phase
     idle_s: Dict[str, float] = dataclasses.field(   # driver (learner) idle seconds, by what it waited for
         default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "other": 0.0})
 
@@ -119,6 +120,14 @@ class _Flight:
                    next_commit=loop.block, precommitted=pre, next_eval=(loop.env_steps // every + 1) * every,
                    last_ckpt_step=trainer.learner.steps, last_broadcast_step=trainer.learner.steps,
                    last_progress=now)
+
+    def timed(self, phase: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``, its seconds added to ``busy_s[phase]`` (the ``schedule`` record)."""
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.busy_s[phase] = self.busy_s.get(phase, 0.0) + time.perf_counter() - t0
 
     def version_for(self, block: int) -> Optional[Tuple[Any, int]]:
         """The (ref, version) block ``block`` acts with, or None while its learner block is not done."""
@@ -289,9 +298,9 @@ class Trainer:
         bar = self._progress_bar()
         t_bar = time.time()
         while not (f.stop or self.loop.block >= f.plan.num_blocks):
-            progressed = self._submit_blocks(f)              # 1. blocks whose version exists
-            progressed |= self._commit_next(f, bar)         # 2. next shard, in block order
-            progressed |= self._learn(f)                     # 3. the block's planned learner calls
+            progressed = f.timed("submit", self._submit_blocks, f)        # 1. blocks whose version exists
+            progressed |= f.timed("commit", self._commit_next, f, bar)   # 2. next shard, in block order
+            progressed |= f.timed("learn", self._learn, f)               # 3. the block's planned learner calls
             self._log_policy_lag(f)
             if bar is not None and time.time() - t_bar > 0.5:
                 t_bar = time.time()
@@ -311,7 +320,8 @@ class Trainer:
             fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
         self.driver_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
         self.log.write("schedule", step=self.loop.env_steps, blocks=self.loop.block, wall_s=time.time() - f.start,
-                       idle_s={k: round(v, 3) for k, v in f.idle_s.items()}, task_retries=f.retries)
+                       idle_s={k: round(v, 3) for k, v in f.idle_s.items()},
+                       busy_s={k: round(v, 3) for k, v in f.busy_s.items()}, task_retries=f.retries)
         self._checkpoint()
         self.ckpt.wait()
         summary = self._finish(f.start, f.lags)
@@ -395,9 +405,9 @@ class Trainer:
         except concurrent.futures.CancelledError:
             self._resubmit_lost(f, c)
             return True
-        log_version = stages.commit_stage(self.store, [info["shard_id"]],
-                                          meta={"policy_version": f.block_ref[c][1], "block": c},
-                                          retention_transitions=self.cfg.replay.retention_transitions)
+        log_version = f.timed("log_commit", stages.commit_stage, self.store, [info["shard_id"]],
+                              meta={"policy_version": f.block_ref[c][1], "block": c},
+                              retention_transitions=self.cfg.replay.retention_transitions)
         if log_version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
             self.log.write("gc", step=self.loop.env_steps,
                            **stages.gc_stage(self.store, self.cfg.replay.gc_grace_s))
@@ -413,7 +423,7 @@ class Trainer:
     def _committed(self, f: "_Flight", c: int, rows: int, info: Dict[str, Any], bar) -> None:
         """Account block ``c``'s rows and task stats (``write_shard_stage``'s metadata); plan its learner calls."""
         import types
-        self.cache.refresh()
+        f.timed("cache_refresh", self.cache.refresh)
         self.loop.env_steps += rows
         self.loop.shard_seq = c + 1
         self.loop.episodes += info.get("episodes", 0)
@@ -449,7 +459,7 @@ class Trainer:
         if f.next_commit <= b or f.stop:
             return False
         if not f.calls:
-            self._end_block(f, b)
+            f.timed("end_block", self._end_block, f, b)
             return True
         if self.cache.size < self.cfg.replay.min_size:   # would wait forever: say why instead
             raise StallError(
@@ -458,7 +468,8 @@ class Trainer:
                 f"{len(self.cache.skipped)}); valid: replay.capacity >= replay.min_size and readable shards")
         n = f.calls.popleft()
         t0 = time.time()
-        m = stages.learn_stage(self.learner, self.sampler, n, self.cfg.agent.batch_size, self.rng)
+        m = f.timed("learn_stage", stages.learn_stage, self.learner, self.sampler, n, self.cfg.agent.batch_size,
+                    self.rng)
         if self.learner.steps % 500 < n:
             self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"],
                            steps_per_s=n / max(time.time() - t0, 1e-9))
@@ -469,7 +480,7 @@ class Trainer:
         cfg = self.cfg
         if self.learner.steps - f.last_broadcast_step >= cfg.actors.broadcast_period:
             f.last_broadcast_step = self.learner.steps
-            self._new_version(blocking=True)
+            f.timed("new_version", self._new_version, True)
         f.versions[b] = (self.payload_ref, self.loop.policy_version)
         for old in [v for v in f.versions if v < f.plan.policy_block(f.next_submit)]:
             del f.versions[old]      # no block left to submit acts with it
@@ -479,7 +490,7 @@ class Trainer:
         self.loop.block = b + 1
         if self.learner.steps - f.last_ckpt_step >= cfg.checkpoint.every_steps:
             f.last_ckpt_step = self.learner.steps
-            self._checkpoint()
+            f.timed("checkpoint", self._checkpoint)
 
     def _submit_evaluation(self):
         cfg = self.cfg
