@@ -27,7 +27,7 @@ import pickle
 import socket
 import time
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -37,15 +37,8 @@ from core.metrics import MetricsLogger
 from core.rollout import ActorSpec
 from pipelines import stages
 from pipelines import summary as summary_lib
+from pipelines.flight import STALL_MIN_S, Flight, StallError  # noqa: F401  (StallError re-exported)
 from pipelines.plan import TrainingPlan
-from pipelines.summary import WorkerStats
-
-#: Least seconds without progress before a run is declared stalled (first tasks start workers).
-STALL_MIN_S = 120.0
-
-
-class StallError(config_lib.ConfigError):
-    """Training cannot progress (one line naming what it waits for); exit 2 in the CLI."""
 
 
 def configure_threads(cfg) -> None:
@@ -73,66 +66,6 @@ class LoopState:
     time_to_target_s: Optional[float] = None
     env_steps_to_target: Optional[int] = None
     block: int = 0          # learner blocks done: the next one to train (pipelines.plan)
-
-
-@dataclasses.dataclass
-class _Flight:
-    """Bookkeeping of one ``Trainer.run`` that is not checkpointed (rebuilt on resume)."""
-    start: float
-    plan: TrainingPlan
-    base_block: int                      # loop.block at the start of this run (resume point)
-    initial: Tuple[Any, int]             # (payload ref, version) for blocks before base_block's versions
-    next_submit: int                     # next block whose rollouts to submit
-    next_commit: int                     # next block to commit
-    precommitted: Dict[int, int]         # resume: block -> rows, committed before the restart
-    next_eval: int
-    last_ckpt_step: int
-    last_broadcast_step: int
-    versions: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # learner block -> ref, version
-    rollouts: Dict[int, List[Any]] = dataclasses.field(default_factory=dict)        # block -> rollout futures
-    block_ref: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # block -> its version
-    writes: Dict[int, Any] = dataclasses.field(default_factory=dict)                # block -> write future
-    last_task: Dict[int, Any] = dataclasses.field(default_factory=dict)             # actor -> latest rollout
-    calls: Deque[int] = dataclasses.field(default_factory=deque)                    # learner calls left in block
-    evals: Deque[Tuple[int, Any, int]] = dataclasses.field(default_factory=deque)    # (block, future, env steps)
-    recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
-    lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
-    driver_bytes: int = 0                # pickled size of every result the driver materialized
-    trajectory_bytes: int = 0            # in-memory size of the committed batches
-    last_progress: float = 0.0
-    slowest_task_s: float = 0.0
-    retries: int = 0
-    stop: bool = False
-    busy_s: Dict[str, float] = dataclasses.field(default_factory=dict)   # driver seconds per loop phase
-    idle_s: Dict[str, float] = dataclasses.field(   # driver (learner) idle seconds, by what it waited for
-        default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "other": 0.0})
-
-    @classmethod
-    def begin(cls, trainer: "Trainer") -> "_Flight":
-        cfg, loop = trainer.cfg, trainer.loop
-        trainer.worker_stats = WorkerStats()   # per-worker tasks / retries / env steps/s (progress + metrics)
-        every = cfg.eval.every_env_steps
-        pre = trainer.precommitted
-        first_new = max([loop.block - 1, *pre]) + 1
-        now = time.time()
-        return cls(start=now, plan=trainer.plan, base_block=loop.block,
-                   initial=(trainer.payload_ref, trainer.loop.policy_version), next_submit=first_new,
-                   next_commit=loop.block, precommitted=pre, next_eval=(loop.env_steps // every + 1) * every,
-                   last_ckpt_step=trainer.learner.steps, last_broadcast_step=trainer.learner.steps,
-                   last_progress=now)
-
-    def timed(self, phase: str, fn, *args, **kwargs):
-        """``fn(*args, **kwargs)``, its seconds added to ``busy_s[phase]`` (the ``schedule`` record)."""
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.busy_s[phase] = self.busy_s.get(phase, 0.0) + time.perf_counter() - t0
-
-    def version_for(self, block: int) -> Optional[Tuple[Any, int]]:
-        """The (ref, version) block ``block`` acts with, or None while its learner block is not done."""
-        pb = self.plan.policy_block(block)
-        return self.initial if pb < self.base_block else self.versions.get(pb)
 
 
 class Trainer:
@@ -294,7 +227,7 @@ class Trainer:
         """Train through the plan's blocks (or to a planned stop); returns the summary dict."""
         self._setup()
         self._new_version(blocking=True)
-        f = _Flight.begin(self)
+        f = Flight.begin(self)
         bar = self._progress_bar()
         t_bar = time.time()
         while not (f.stop or self.loop.block >= f.plan.num_blocks):
@@ -310,7 +243,7 @@ class Trainer:
             bar.close()
         return self._close(f)
 
-    def _close(self, f: "_Flight") -> Dict[str, Any]:
+    def _close(self, f: Flight) -> Dict[str, Any]:
         for _, fut, steps in f.evals:    # the last evaluations still decide the best version, in order
             try:
                 self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
@@ -336,14 +269,14 @@ class Trainer:
             self.async_quantizer.close()
         self.log.close()
 
-    def _materialize(self, f: "_Flight", fut) -> Any:
+    def _materialize(self, f: Flight, fut) -> Any:
         """``fut.result()``, counting what the driver receives (``driver_bytes_in_per_env_step``)."""
         result = fut.result()
         f.driver_bytes += len(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
         return result
 
     # -- 1. rollouts and shard writes -------------------------------------------------
-    def _submit_blocks(self, f: "_Flight") -> bool:
+    def _submit_blocks(self, f: Flight) -> bool:
         """Submit every block whose policy version is published: its rollouts and its write task."""
         submitted = False
         while f.next_submit < f.plan.num_blocks and not f.stop:
@@ -358,7 +291,7 @@ class Trainer:
             submitted = True
         return submitted
 
-    def _submit_rollout(self, f: "_Flight", a: int, k: int, block: int, retry: int = 0):
+    def _submit_rollout(self, f: Flight, a: int, k: int, block: int, retry: int = 0):
         # Exploration follows the plan's env steps (block start), not the steps that happen to be done.
         explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
         after = {} if retry else {"after": f.last_task.get(a)}   # an actor's tasks run in order
@@ -378,7 +311,7 @@ class Trainer:
                                     self.cfg.replay.writer_options(),
                                     key=f"write-{self.run_id}-{shard_id}" + (f"-r{retry}" if retry else ""))
 
-    def _resubmit_lost(self, f: "_Flight", block: int) -> None:
+    def _resubmit_lost(self, f: Flight, block: int) -> None:
         """A write Dask cancelled (its inputs were lost with a worker and forgotten): run them again."""
         f.retries += 1
         for i, (a, k) in enumerate(f.plan.tasks(block)):
@@ -389,7 +322,7 @@ class Trainer:
         f.writes[block] = self._submit_write(block, f.rollouts[block], retry=f.retries)
 
     # -- 2. commits -------------------------------------------------------------------
-    def _commit_next(self, f: "_Flight", bar) -> bool:
+    def _commit_next(self, f: Flight, bar) -> bool:
         """Commit block ``next_commit`` once the learner finished the block before and its stop is decided."""
         c = f.next_commit
         if c >= f.plan.num_blocks or self.loop.block < c or f.stop:
@@ -420,7 +353,7 @@ class Trainer:
         f.block_ref.pop(c)
         return True
 
-    def _committed(self, f: "_Flight", c: int, rows: int, info: Dict[str, Any], bar) -> None:
+    def _committed(self, f: Flight, c: int, rows: int, info: Dict[str, Any], bar) -> None:
         """Account block ``c``'s rows and task stats (``write_shard_stage``'s metadata); plan its learner calls."""
         import types
         f.timed("cache_refresh", self.cache.refresh)
@@ -442,7 +375,7 @@ class Trainer:
         if bar is not None:
             bar.update(rows)
 
-    def _stop_decided(self, f: "_Flight", c: int) -> bool:
+    def _stop_decided(self, f: Flight, c: int) -> bool:
         """Handle, in order, the evaluations block ``c`` waits for; False while one is running."""
         while f.evals and f.evals[0][0] <= f.plan.decides_stop_before(c):
             _, fut, steps = f.evals[0]
@@ -453,7 +386,7 @@ class Trainer:
         return True
 
     # -- 3. learner blocks --------------------------------------------------------------
-    def _learn(self, f: "_Flight") -> bool:
+    def _learn(self, f: Flight) -> bool:
         """One planned learner call of the current block, or the block's end."""
         b = self.loop.block
         if f.next_commit <= b or f.stop:
@@ -475,7 +408,7 @@ class Trainer:
                            steps_per_s=n / max(time.time() - t0, 1e-9))
         return True
 
-    def _end_block(self, f: "_Flight", b: int) -> None:
+    def _end_block(self, f: Flight, b: int) -> None:
         """After learner block ``b``: the planned version, evaluation and checkpoint."""
         cfg = self.cfg
         if self.learner.steps - f.last_broadcast_step >= cfg.actors.broadcast_period:
@@ -503,13 +436,13 @@ class Trainer:
             keep_returns=False, key=f"eval-{self.run_id}-{self.n_evals}")
 
     # -- 4. stalls ---------------------------------------------------------------------
-    def _watch(self, f: "_Flight", progressed: bool) -> None:
+    def _watch(self, f: Flight, progressed: bool) -> None:
         """Wait for the next thing the plan needs; a StallError after the stall bound without progress."""
         now = time.time()
         if progressed:
             f.last_progress = now
             return
-        waiting = self._waiting_for(f)
+        waiting = f.waiting_for()
         pending = [fut for _, fut in waiting if fut is not None and not fut.done()]
         if pending:
             self.executor.wait(pending, timeout=0.05)
@@ -523,19 +456,7 @@ class Trainer:
                              f"(learner block {self.loop.block}, committed blocks {f.next_commit}); "
                              f"valid: a cluster that runs these tasks, or a larger actors.stall_timeout_s")
 
-    def _waiting_for(self, f: "_Flight") -> List[Tuple[str, Any]]:
-        """What the next commit waits for, named: the write (or its rollouts) or an evaluation."""
-        c = f.next_commit
-        out = [(f"evaluation of block {b}", fut) for b, fut, _ in f.evals
-               if b <= f.plan.decides_stop_before(c) and not fut.done()]
-        fut = f.writes.get(c)
-        if fut is not None and not fut.done():
-            names = [f"a{a:04d}-t{k:07d}" for (a, k), r in zip(f.plan.tasks(c), f.rollouts[c]) if not r.done()]
-            out.append((f"shard write {stages.shard_id_for(c)}" + (f" (rollouts {' '.join(names)})" if names else ""),
-                        fut))
-        return out
-
-    def _log_policy_lag(self, f: "_Flight") -> None:
+    def _log_policy_lag(self, f: Flight) -> None:
         """Policy lag in versions and seconds, every 2 s."""
         if not f.lags or time.time() - getattr(self, "_lag_logged", 0.0) <= 2.0:
             return
