@@ -153,6 +153,8 @@ class Trainer:
         self.learner.restore(state["learner"])
         loop = json.loads(meta["loop"])
         self.loop = LoopState(**loop)
+        if "block" not in loop:     # a checkpoint from before plans: one shard per round of tasks
+            self.loop.block = self.loop.shard_seq
         # Blocks committed after the checkpoint (a kill -9 between commit and checkpoint) are never
         # run again: their shards are in the log, the learner trains on them, actors start after them.
         infos = self.store.state().infos          # every shard ever committed, removed ones too
