@@ -2,10 +2,12 @@
 
 The default config for 4,096 env steps (4 blocks of 1,024 rows, 2,048
 learner steps, a checkpoint, two evaluations) runs on ``local``, on
-``dask`` with one worker and on ``dask`` with two workers. The learner's
-checkpointed parameters must be bit-identical, and so must the committed
-replay: the same shard ids in the same log order, every stored array of
-every shard (the episode-segment index included) equal. About 1 minute.
+``dask`` with one and with two workers (an embedded LocalCluster), and on a
+real ``dask scheduler`` with two ``dask worker`` processes (work stealing on).
+The learner's checkpointed parameters must be bit-identical, and so must the
+committed replay: the same shard ids in the same log order, every stored
+array of every shard (the episode-segment index included) equal. About 2
+minutes.
 """
 import json
 import os
