@@ -57,7 +57,7 @@ class ActorsConfig:
     calibration_size: int = 512        # replay observations used to calibrate int8-full
     policy_lag: int = 1                # learner blocks between a version and the rollouts that use it
                                        # (pipelines/plan.py); 0 = actors wait for every learner block
-    stall_timeout_s: float = 0.0       # no progress this long = a one-line error (0 = max(120 s, 10x slowest task))
+    stall_timeout_s: float = 0.0       # no progress this long: one-line error (0 = max(120 s, 10x slowest task))
 
 
 @dataclasses.dataclass

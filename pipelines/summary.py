@@ -43,8 +43,9 @@ def evaluation_score(result: Dict[str, Any]) -> float:
 
 def log_evaluation(log, loop, result: Dict[str, Any]) -> None:
     """One ``eval`` record in metrics.jsonl (wall time from process start)."""
-    log.write("eval", step=result.get("env_steps", loop.env_steps), version=result["version"], mean=result["mean"], std=result["std"],
-              min=result["min"], confirmed_mean=result["confirmed_mean"], wall_s=time.time() - process_start())
+    log.write("eval", step=result.get("env_steps", loop.env_steps), version=result["version"], mean=result["mean"],
+              std=result["std"], min=result["min"], confirmed_mean=result["confirmed_mean"],
+              wall_s=time.time() - process_start())
 
 
 def record_target(cfg, loop, result: Dict[str, Any]) -> bool:

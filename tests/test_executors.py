@@ -20,7 +20,8 @@ from core import config as config_lib
 
 BUDGET = 8_192
 THRESHOLD = 100.0
-SUMMARY_KEYS = {"driver_bytes_in_per_env_step", "trajectory_bytes_per_env_step", "run_dir", "env_id", "executor", "precision", "seed", "env_steps", "learner_steps", "episodes",
+SUMMARY_KEYS = {"run_dir", "env_id", "executor", "precision", "seed", "env_steps", "learner_steps", "episodes",
+                "driver_bytes_in_per_env_step", "trajectory_bytes_per_env_step",
                 "wall_s", "env_steps_per_s", "policy_versions", "bytes_per_broadcast", "best_eval_return",
                 "best_version", "time_to_target_s", "env_steps_to_target", "mean_policy_lag_versions",
                 "mean_policy_lag_s", "final_eval", "replay_log_version",
