@@ -384,6 +384,7 @@ class Trainer:
             if not fut.done():
                 return False
             f.evals.popleft()
+            f.slowest_task_s = max(f.slowest_task_s, time.time() - f.eval_submitted.pop(fut, time.time()))
             f.stop |= self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
         return True
 
@@ -422,6 +423,7 @@ class Trainer:
         if self.loop.env_steps >= f.next_eval and self.learner.steps > 0:
             f.next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
             f.evals.append((b, self._submit_evaluation(), self.loop.env_steps))
+            f.eval_submitted[f.evals[-1][1]] = time.time()   # an evaluation's seconds count in the stall bound
         self.loop.block = b + 1
         if self.learner.steps - f.last_ckpt_step >= cfg.checkpoint.every_steps:
             f.last_ckpt_step = self.learner.steps

@@ -51,12 +51,13 @@ class Flight:
     last_task: Dict[int, Any] = dataclasses.field(default_factory=dict)             # actor -> latest rollout
     calls: Deque[int] = dataclasses.field(default_factory=deque)                    # learner calls left in block
     evals: Deque[Tuple[int, Any, int]] = dataclasses.field(default_factory=deque)    # (block, future, env steps)
+    eval_submitted: Dict[Any, float] = dataclasses.field(default_factory=dict)       # future -> submit time
     recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
     lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
     driver_bytes: int = 0                # pickled size of every result the driver materialized
     trajectory_bytes: int = 0            # in-memory size of the committed batches
     last_progress: float = 0.0
-    slowest_task_s: float = 0.0
+    slowest_task_s: float = 0.0          # slowest rollout or evaluation so far (the stall bound is 10x)
     retries: int = 0
     stop: bool = False
     busy_s: Dict[str, float] = dataclasses.field(default_factory=dict)   # driver seconds per loop phase
