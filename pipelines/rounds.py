@@ -104,9 +104,16 @@ def read_record(run_dir: str, round_index: int, kind: str = "") -> Optional[Dict
 
 # --------------------------------------------------------------------------- stage functions (worker side)
 def rollout_round_task(actor_id: int, plan: RoundPlan, payload) -> RolloutResult:
-    """One actor's rollout task of the round (task index = round)."""
-    return run_rollout_task(plan.actor_specs[actor_id], payload, plan.round, plan.steps_per_task,
-                            plan.explore[actor_id])
+    """One actor's rollout task of the round (task index = round).
+
+    Rounds start every actor afresh, so the result drops the actor's state
+    (``next_state``): Beam pickles results between stages, and a snapshot
+    nobody reads costs ~2 ms per task.
+    """
+    result = run_rollout_task(plan.actor_specs[actor_id], payload, plan.round, plan.steps_per_task,
+                              plan.explore[actor_id])
+    result.next_state = None
+    return result
 
 
 def write_round_shard(group_results: Tuple[int, Sequence[RolloutResult]], plan: RoundPlan) -> Dict[str, Any]:
