@@ -141,7 +141,10 @@ def _replay_is_each_task_once(run_dir):
     """Every task in one live shard, (episode, step) rows unique and gap-free; returns total rows."""
     import zarr
     from core.replay import ReplayStore
-    state = ReplayStore.open(os.path.join(run_dir, "replay")).state()
+    store = ReplayStore.open(os.path.join(run_dir, "replay"))
+    state = store.state()
+    added = [sh["id"] for v in range(1, state.version + 1) for sh in store.log.entry(v).get("shards", [])]
+    assert len(added) == len(set(added)) == len(state.live), f"a shard was committed twice: {added}"
     tasks, episodes, steps = [], [], []
     for sid in state.live:
         group = zarr.open_group(os.path.join(run_dir, "replay", "shards", sid), mode="r")
