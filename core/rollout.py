@@ -21,10 +21,14 @@ not pay it. An executor passes the actor's previous result to its next task
 (``after=``), so a task that runs on a worker that does not hold the actor
 (Dask moved or stole it) continues from that state, bit-identically.
 
-Fault tolerance, not bit-identity, when that state is gone too: a task whose
-predecessor's result was lost (its worker died and Dask forgot it), or an
-actor whose envs cannot be pickled, rebuilds the actor from seeds at that
-task and plays *new* episodes. Their stream ids carry an
+After a lost worker, Dask recomputes lost results from their dependency
+chain (back to the actor's first task if need be), so the run usually stays
+bit-identical: a SIGKILLed worker of a real 2-worker cluster after the first
+commit left parameters and replay identical to a local run. Fault tolerance,
+not bit-identity, when the state is gone: a task whose predecessor's result
+Dask forgot, whose only surviving copy was pickled after the actor had moved
+on (a shard writer's replica: it carries no state), or whose envs cannot be
+pickled, rebuilds the actor from seeds at that task and plays *new* episodes. Their stream ids carry an
 incarnation bit (bit 21), so they never reuse the ids of the lost actor's
 episodes, some of which may already be committed. The rebuild is itself
 deterministic (seeds from ``(seed, actor, task)``). Such a run stays complete
