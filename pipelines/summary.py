@@ -101,7 +101,7 @@ def build_summary(cfg, run_dir: str, loop, learner_steps: int, wall_s: float, by
                   driver_bytes_in: Optional[int] = None, trajectory_bytes: Optional[int] = None) -> Dict[str, Any]:
     """The summary dict (same keys for every executor). ``lags``: (versions, seconds) pairs.
 
-    ``driver_bytes_in``: pickled bytes of the task results the driver (or launcher) received;
+    ``driver_bytes_in``: bytes of the task results this driver (or Beam launcher) process received;
     ``trajectory_bytes``: in-memory bytes of the committed batches; both per env step, None
     where the loop does not measure them.
     """
