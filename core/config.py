@@ -56,6 +56,9 @@ class ActorsConfig:
     precision: Literal["fp32", "fp16", "int8-dynamic", "int8-full"] = "int8-dynamic"
     broadcast_period: int = 250        # learner steps between policy versions
     calibration_size: int = 512        # replay observations used to calibrate int8-full
+    policy_lag: int = 1                # learner blocks between a version and the rollouts that use it
+                                       # (pipelines/plan.py); 0 = actors wait for every learner block
+    stall_timeout_s: float = 0.0       # no progress this long: one-line error (0 = max(120 s, 10x slowest task))
 
 
 @dataclasses.dataclass
@@ -205,6 +208,8 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "actors.steps_per_task": (_at_least(1), ">= 1"),
     "actors.broadcast_period": (_at_least(1), ">= 1"),
     "actors.calibration_size": (_at_least(1), ">= 1"),
+    "actors.policy_lag": (lambda v: 0 <= v <= 64, "0..64 (learner blocks)"),
+    "actors.stall_timeout_s": (_finite(_at_least(0)), ">= 0 seconds (0 = auto)"),
     "replay.capacity": (_at_least(1), ">= 1"),
     "replay.min_size": (_at_least(1), ">= 1"),
     "replay.shard_target_bytes": (_at_least(1024), ">= 1024"),

@@ -49,8 +49,12 @@ def evaluate_payload(payload, env_id: str, episodes: int = 20, seed: int = 10_00
 
 def run_evaluation_task(payload, env_id: str, episodes: int, seed: int,
                         max_episode_steps: Optional[int] = None, selector: str = "epsilon_greedy",
-                        target: Optional[float] = None, confirm_episodes: int = 0) -> dict:
+                        target: Optional[float] = None, confirm_episodes: int = 0,
+                        keep_returns: bool = True) -> dict:
     """The evaluation stage as a schedulable task: returns a small JSON-able dict.
+
+    ``keep_returns=False`` leaves out the per-episode ``returns`` (the
+    training driver needs the statistics only).
 
     If the mean return reaches ``target`` and ``confirm_episodes > 0``, the
     same policy plays ``confirm_episodes`` more episodes on fresh seeds and
@@ -64,4 +68,6 @@ def run_evaluation_task(payload, env_id: str, episodes: int, seed: int,
         more = evaluate_payload(payload, env_id, confirm_episodes, seed + 7_777_777, selector, max_episode_steps)
         out["confirmed_mean"] = float(more.mean())
         out["confirm_episodes"] = confirm_episodes
+    if not keep_returns:
+        del out["returns"]
     return out

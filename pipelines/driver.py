@@ -1,26 +1,21 @@
-"""The training driver: one loop that schedules stages on any executor.
+"""The training driver: runs a :class:`~pipelines.plan.TrainingPlan` on any executor.
 
-The loop keeps ``num_actors`` rollout tasks in flight, aggregates their
-results into replay shards, commits them, and trains the learner on
-committed replay at a fixed replay ratio, broadcasting a new quantized policy
-version every ``broadcast_period`` learner steps::
+The plan fixes what happens (which tasks, policy versions, shards, learner
+steps and RNG streams; see :mod:`pipelines.plan`); the executor only decides
+where and when. The loop::
 
-    while env_steps < total:
-        finished rollouts -> stats, resubmit the actor with the latest policy ref
-        pending rollouts big enough      -> write_shard task (deterministic id)
-        finished shard writes            -> one commit entry -> learner cache refresh
-        learner behind replay_ratio      -> learn_stage(steps_per_call)
-        every broadcast_period steps     -> quantize (async) -> executor.broadcast
-        every eval.every_env_steps       -> evaluation task; keep the best version
-        every checkpoint.every_steps     -> async checkpoint (learner + loop state)
+    while learner blocks remain and no planned stop:
+        blocks whose policy version exists -> rollout tasks (actor-chained) + one write task that
+                                              takes their futures (data never visits the driver)
+        next block's write done, learner done with the block before, its stop point decided
+                                           -> commit shard s{block} (metadata only reaches the driver)
+        learner block committed            -> learn_stage calls planned for the block (rng of the block)
+        learner block done                 -> maybe a new version, an evaluation, a checkpoint
+        nothing progressed for the stall bound -> StallError naming what it waits for
 
-With the local executor every submit runs at once, in order, so a run is
-deterministic for a seed. With Dask the same calls overlap: actors keep
-stepping while the learner trains.
-
-Actors are throttled when they run ahead of the learner (env steps beyond
-``learner_steps / replay_ratio`` plus one round of slack), and the learner
-waits for data when it is ahead, so the replay ratio holds on any machine.
+With the local executor every submit runs at once; with Dask actors step the
+next ``actors.policy_lag`` blocks while the learner trains. Either way the
+learner's parameters and the committed replay are the same for a seed.
 """
 from __future__ import annotations
 
@@ -28,6 +23,8 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import pickle
+import socket
 import time
 from collections import deque
 from typing import Any, Dict, List, Optional
@@ -40,8 +37,8 @@ from core.metrics import MetricsLogger
 from core.rollout import ActorSpec
 from pipelines import stages
 from pipelines import summary as summary_lib
-from pipelines.summary import WorkerStats
-
+from pipelines.flight import STALL_MIN_S, Flight, StallError  # noqa: F401  (StallError re-exported)
+from pipelines.plan import TrainingPlan
 
 
 def configure_threads(cfg) -> None:
@@ -68,40 +65,7 @@ class LoopState:
     episodes: int = 0
     time_to_target_s: Optional[float] = None
     env_steps_to_target: Optional[int] = None
-
-
-@dataclasses.dataclass
-class _Flight:
-    """Bookkeeping of one ``Trainer.run`` that is not checkpointed (rebuilt on resume)."""
-    start: float
-    steps_per_task: int
-    committed_env_steps: int
-    submitted_steps: int
-    next_eval: int
-    last_ckpt_step: int
-    last_broadcast_step: int
-    idle: List[int]
-    in_flight: Dict[Any, int] = dataclasses.field(default_factory=dict)   # rollout future -> actor
-    pending: List[Any] = dataclasses.field(default_factory=list)          # results not yet in a shard
-    pending_rows: int = 0
-    pending_bytes: int = 0
-    writes: deque = dataclasses.field(default_factory=deque)   # (shard_id, future, results), in order
-    evals: List[Any] = dataclasses.field(default_factory=list)
-    recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
-    lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
-    lag_logged: float = 0.0
-    stop: bool = False
-
-    @classmethod
-    def begin(cls, trainer: "Trainer") -> "_Flight":
-        cfg, loop = trainer.cfg, trainer.loop
-        trainer.worker_stats = WorkerStats()   # per-worker tasks / retries / env steps/s (progress + metrics)
-        every = cfg.eval.every_env_steps
-        return cls(start=time.time(), steps_per_task=cfg.env.num_envs * cfg.actors.steps_per_task,
-                   committed_env_steps=trainer.cache.size if trainer.resume else 0,
-                   submitted_steps=loop.env_steps, next_eval=(loop.env_steps // every + 1) * every,
-                   last_ckpt_step=trainer.learner.steps, last_broadcast_step=trainer.learner.steps,
-                   idle=list(range(cfg.actors.num_actors)))
+    block: int = 0          # learner blocks done: the next one to train (pipelines.plan)
 
 
 class Trainer:
@@ -132,9 +96,8 @@ class Trainer:
         from pipelines.energy import start_run_tracker
         self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
         configure_threads(cfg)
-        if getattr(self.executor, "deterministic", False):
-            import tensorflow as tf
-            tf.config.experimental.enable_op_determinism()
+        import tensorflow as tf
+        tf.config.experimental.enable_op_determinism()   # same seed, same parameters, on every executor
         fs.makedirs(path, exist_ok=True)
         with fs.open(f"{path}/config.json", "w") as f:
             f.write(config_lib.to_json(cfg))
@@ -154,7 +117,9 @@ class Trainer:
         self.async_quantizer = None
         if not getattr(self.executor, "deterministic", False):
             self.async_quantizer = AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
-        self.rng = np.random.default_rng([cfg.seed, 7])
+        self.plan = TrainingPlan.from_config(cfg)
+        self.rng = self.plan.sampler_rng(0)           # replaced per learner block (pipelines.plan)
+        self.precommitted: Dict[int, int] = {}        # resume: blocks committed after the checkpoint
         self.version_time: Dict[int, float] = {}     # when each policy version was published
         self.version_params: Dict[int, Any] = {}     # learner params per version (best checkpoint)
         self.version_policy: Dict[int, Any] = {}     # policy-network weights per version (quality probe)
@@ -166,9 +131,19 @@ class Trainer:
         self.log.write("config", step=0, config=config_lib.to_dict(cfg))
         from core.quality import BroadcastQualityProbe
         self.quality = BroadcastQualityProbe(self.spec.discrete, size=256, seed=cfg.seed)
+        first_block = max([self.loop.block - 1, *self.precommitted]) + 1
         self.actor_specs = [ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
-                                      cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector)
+                                      cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector,
+                                      first_task=first_block * self.plan.tasks_per_block)
                             for a in range(cfg.actors.num_actors)]
+        self.log.write("placement", step=self.loop.env_steps, **self._placement())
+
+    def _placement(self) -> Dict[str, Any]:
+        """Where the learner and each actor run (the ``placement`` record of metrics.jsonl)."""
+        where = getattr(self.executor, "placement", None)
+        actors = where(self.cfg.actors.num_actors) if where else {}
+        return {"learner": f"{socket.gethostname()} pid {os.getpid()} (driver process)",
+                "actors": {str(a): w for a, w in actors.items()}, "executor": self.cfg.executor}
 
     def _restore(self) -> None:
         step = self.ckpt.latest_step()
@@ -178,21 +153,25 @@ class Trainer:
         self.learner.restore(state["learner"])
         loop = json.loads(meta["loop"])
         self.loop = LoopState(**loop)
-        # Shards committed after the checkpoint keep their ids: continue after them.
-        committed = [s.shard_id if hasattr(s, "shard_id") else s.id for s in self.store.snapshot().shards]
-        seqs = [int(s[1:]) for s in committed if s.startswith("s") and s[1:].isdigit()]
-        self.loop.shard_seq = max([self.loop.shard_seq] + [q + 1 for q in seqs])
+        if "block" not in loop:     # a checkpoint from before plans: one shard per round of tasks
+            self.loop.block = self.loop.shard_seq
+        # Blocks committed after the checkpoint (a kill -9 between commit and checkpoint) are never
+        # run again: their shards are in the log, the learner trains on them, actors start after them.
+        infos = self.store.state().infos          # every shard ever committed, removed ones too
+        blocks = {int(sid[1:]): info.rows for sid, info in infos.items() if sid.startswith("s") and sid[1:].isdigit()}
+        self.precommitted = {b: r for b, r in blocks.items() if b >= self.loop.block}
+        self.loop.shard_seq = max([self.loop.shard_seq, self.loop.block, *[b + 1 for b in blocks]])
         if len(self.loop.next_task) < self.cfg.actors.num_actors:
             self.loop.next_task += [0] * (self.cfg.actors.num_actors - len(self.loop.next_task))
         self.cache.refresh()
 
     # -- policy versions ------------------------------------------------------
-    def _calibration_obs(self) -> Optional[np.ndarray]:
+    def _calibration_obs(self, version: int = 0) -> Optional[np.ndarray]:
         if self.cfg.actors.precision != "int8-full":
             return None
         n = self.cfg.actors.calibration_size
-        if self.cache.size >= n:
-            obs = self.sampler.sample(n, self.rng)["observation"]
+        if self.cache.size >= n:   # a stream of its own: calibration never shifts the sampler's
+            obs = self.sampler.sample(n, self.plan.calibration_rng(version))["observation"]
         else:  # before any replay: observations from a short random-action rollout
             from core.envs import make_vector_env
             envs, o = make_vector_env(self.cfg.env.id, 8, self.cfg.seed + 999)
@@ -211,7 +190,7 @@ class Trainer:
         self.version_params[version] = (self.learner.params() if hasattr(self.learner, "params")
                                         else self.learner.state()["params"])
         self.version_policy[version] = [np.array(w) for w in self.learner.policy_model.get_weights()]
-        calib = self._calibration_obs()
+        calib = self._calibration_obs(version)
         if self.async_quantizer is not None and not blocking:
             self.async_quantizer.submit(self.learner.policy_model, version, calib)
             return
@@ -247,46 +226,37 @@ class Trainer:
 
     # -- main loop --------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
-        """Train until ``total_env_steps`` (or a confirmed target); returns the summary dict."""
+        """Train through the plan's blocks (or to a planned stop); returns the summary dict."""
         self._setup()
         self._new_version(blocking=True)
-        f = _Flight.begin(self)
+        f = Flight.begin(self)
         bar = self._progress_bar()
         t_bar = time.time()
-        while True:
-            while f.idle and self._actors_may_run(f):           # 1. actors the learner can afford
-                self._submit_actor(f, f.idle.pop(0))
-            self._collect_rollouts(f, bar)                       # 2. finished rollouts
+        while not (f.stop or self.loop.block >= f.plan.num_blocks):
+            progressed = f.timed("submit", self._submit_blocks, f)        # 1. blocks whose version exists
+            progressed |= f.timed("commit", self._commit_next, f, bar)   # 2. next shard, in block order
+            progressed |= f.timed("learn", self._learn, f)               # 3. the block's planned learner calls
             self._log_policy_lag(f)
-            ending = not f.in_flight and (f.stop or f.submitted_steps >= self.cfg.total_env_steps)
-            self._maybe_write_shard(f, ending)                   # 3. aggregate into a shard
-            self._commit_finished_writes(f)                      # 4. one log entry
-            self._learn(f)                                       # 5. keep the replay ratio
-            self._maybe_new_version(f)                           # 6. policy versions
-            self._evaluate(f)                                    # 7. keep the best; stop at target
-            if self.learner.steps - f.last_ckpt_step >= self.cfg.checkpoint.every_steps:
-                f.last_ckpt_step = self.learner.steps            # 8. checkpoints
-                self._checkpoint()
-            if bar is not None and time.time() - t_bar > 0.5:   # 9. progress
+            if bar is not None and time.time() - t_bar > 0.5:
                 t_bar = time.time()
                 bar.set_postfix(self._postfix(f.start, f.recent_returns, f.lags), refresh=False)
-            if ending and not f.writes and not f.pending:
-                if f.evals and not f.stop:   # the last evaluations decide the best version
-                    self.executor.wait(f.evals, timeout=60)
-                    continue
-                break
+            self._watch(f, progressed)                       # 4. never wait forever
         if bar is not None:
             bar.close()
         return self._close(f)
 
-    def _close(self, f: "_Flight") -> Dict[str, Any]:
-        for fut in f.evals:
+    def _close(self, f: Flight) -> Dict[str, Any]:
+        for _, fut, steps in f.evals:    # the last evaluations still decide the best version, in order
             try:
-                self._on_evaluation(fut.result(), f.start)
+                self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
             except Exception:  # a final eval lost with the cluster does not fail the run
                 pass
-        for fut in f.in_flight:
-            fut.cancel()
+        for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
+            fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
+        self.driver_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
+        self.log.write("schedule", step=self.loop.env_steps, blocks=self.loop.block, wall_s=time.time() - f.start,
+                       idle_s={k: round(v, 3) for k, v in f.idle_s.items()},
+                       busy_s={k: round(v, 3) for k, v in f.busy_s.items()}, task_retries=f.retries)
         self._checkpoint()
         self.ckpt.wait()
         summary = self._finish(f.start, f.lags)
@@ -301,145 +271,205 @@ class Trainer:
             self.async_quantizer.close()
         self.log.close()
 
-    def _submit_actor(self, f: "_Flight", a: int) -> None:
-        cfg = self.cfg
-        k = self.loop.next_task[a]
-        self.loop.next_task[a] += 1
-        explore = self.builder.exploration(cfg.agent, f.submitted_steps, a)
-        fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], self.payload_ref, k,
-                                   cfg.actors.steps_per_task, explore, key=f"rollout-{self.run_id}-a{a}-t{k}",
+    def _materialize(self, f: Flight, fut) -> Any:
+        """``fut.result()``, counting what the driver receives (``driver_bytes_in_per_env_step``)."""
+        result = fut.result()
+        f.driver_bytes += len(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        return result
+
+    # -- 1. rollouts and shard writes -------------------------------------------------
+    def _submit_blocks(self, f: Flight) -> bool:
+        """Submit every block whose policy version is published: its rollouts and its write task."""
+        submitted = False
+        while f.next_submit < f.plan.num_blocks and not f.stop:
+            b = f.next_submit
+            version = f.version_for(b)
+            if version is None:
+                break
+            f.block_ref[b] = version
+            f.rollouts[b] = [self._submit_rollout(f, a, k, b) for a, k in f.plan.tasks(b)]
+            f.writes[b] = self._submit_write(b, f.rollouts[b])
+            f.next_submit += 1
+            submitted = True
+        return submitted
+
+    def _submit_rollout(self, f: Flight, a: int, k: int, block: int, retry: int = 0):
+        # Exploration follows the plan's env steps (block start), not the steps that happen to be done.
+        explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
+        after = {} if retry else {"after": f.last_task.get(a)}   # an actor's tasks run in order
+        fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], f.block_ref[block][0], k,
+                                   self.cfg.actors.steps_per_task, explore, **after,
+                                   key=f"rollout-{self.run_id}-a{a}-t{k}" + (f"-r{retry}" if retry else ""),
                                    actor=a)
-        f.in_flight[fut] = a
-        f.submitted_steps += f.steps_per_task
+        if not retry:
+            f.last_task[a] = fut
+        self.loop.next_task[a] = k + 1
+        return fut
 
-    def _actors_may_run(self, f: "_Flight") -> bool:
-        """Throttle: actors may run ahead of the learner by one round of tasks (plus min_size)."""
-        cfg = self.cfg
-        if f.stop or f.submitted_steps >= cfg.total_env_steps:
+    def _submit_write(self, block: int, rollouts: List[Any], retry: int = 0):
+        # The rollout futures themselves are the arguments: trajectories go worker -> writer.
+        shard_id = stages.shard_id_for(block)
+        return self.executor.submit(stages.write_shard_stage, self.store_url, shard_id, list(rollouts),
+                                    self.cfg.replay.writer_options(),
+                                    key=f"write-{self.run_id}-{shard_id}" + (f"-r{retry}" if retry else ""))
+
+    def _resubmit_lost(self, f: Flight, block: int) -> None:
+        """A write Dask cancelled (its inputs were lost with a worker and forgotten): run them again."""
+        f.retries += 1
+        for i, (a, k) in enumerate(f.plan.tasks(block)):
+            if f.rollouts[block][i].cancelled():
+                self.log.write("task_lost", step=self.loop.env_steps, task=f"rollout actor {a} task {k}")
+                f.rollouts[block][i] = self._submit_rollout(f, a, k, block, retry=f.retries)
+        self.log.write("task_lost", step=self.loop.env_steps, task=f"write {stages.shard_id_for(block)}")
+        f.writes[block] = self._submit_write(block, f.rollouts[block], retry=f.retries)
+
+    # -- 2. commits -------------------------------------------------------------------
+    def _commit_next(self, f: Flight, bar) -> bool:
+        """Commit block ``next_commit`` once the learner finished the block before and its stop is decided."""
+        c = f.next_commit
+        if c >= f.plan.num_blocks or self.loop.block < c or f.stop:
             return False
-        if f.committed_env_steps < cfg.replay.min_size:
+        if c in f.precommitted:                     # resume: committed before the restart
+            self._committed(f, c, f.precommitted.pop(c), {}, bar)
             return True
-        allowed = self.learner.steps / cfg.learner.replay_ratio + f.steps_per_task * cfg.actors.num_actors
-        return f.submitted_steps < allowed + cfg.replay.min_size
+        fut = f.writes.get(c)
+        if fut is None or not fut.done() or not self._stop_decided(f, c) or f.stop:
+            return f.stop
+        try:
+            info = self._materialize(f, fut)
+        except concurrent.futures.CancelledError:
+            self._resubmit_lost(f, c)
+            return True
+        log_version = f.timed("log_commit", stages.commit_stage, self.store, [info["shard_id"]],
+                              meta={"policy_version": f.block_ref[c][1], "block": c},
+                              retention_transitions=self.cfg.replay.retention_transitions)
+        if log_version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
+            self.log.write("gc", step=self.loop.env_steps,
+                           **stages.gc_stage(self.store, self.cfg.replay.gc_grace_s))
+        f.trajectory_bytes += info.get("raw_bytes", 0)
+        self.log.write("commit", step=self.loop.env_steps + info["rows"], log_version=log_version, shards=1,
+                       rows=info["rows"], bytes=info["nbytes"], block=c)
+        self._committed(f, c, info["rows"], info, bar)
+        f.writes.pop(c)
+        f.rollouts.pop(c)
+        f.block_ref.pop(c)
+        return True
 
-    def _collect_rollouts(self, f: "_Flight", bar) -> None:
+    def _committed(self, f: Flight, c: int, rows: int, info: Dict[str, Any], bar) -> None:
+        """Account block ``c``'s rows and task stats (``write_shard_stage``'s metadata); plan its learner calls."""
+        import types
+        f.timed("cache_refresh", self.cache.refresh)
+        self.loop.env_steps += rows
+        self.loop.shard_seq = c + 1
+        self.loop.episodes += info.get("episodes", 0)
+        f.recent_returns.extend(info.get("returns_tail", []))
+        for actor, task, worker, seconds, steps, version in info.get("tasks", []):
+            f.slowest_task_s = max(f.slowest_task_s, seconds)
+            self.worker_stats.add(types.SimpleNamespace(actor_id=actor, worker=worker, seconds=seconds,
+                                                        env_steps=steps))
+            f.lags.append((self.loop.policy_version - version,
+                           time.time() - self.version_time.get(version, time.time())))
+        if info.get("tasks"):
+            self.log.write("workers", step=self.loop.env_steps, workers=self.worker_stats.table())
+        f.calls = deque(f.plan.calls(self.learner.steps, f.plan.learner_target(self.loop.env_steps)))
+        self.rng = f.plan.sampler_rng(c)
+        f.next_commit = c + 1
+        if bar is not None:
+            bar.update(rows)
+
+    def _stop_decided(self, f: Flight, c: int) -> bool:
+        """Handle, in order, the evaluations block ``c`` waits for; False while one is running."""
+        while f.evals and f.evals[0][0] <= f.plan.decides_stop_before(c):
+            _, fut, steps = f.evals[0]
+            if not fut.done():
+                return False
+            f.evals.popleft()
+            f.slowest_task_s = max(f.slowest_task_s, time.time() - f.eval_submitted.pop(fut, time.time()))
+            f.stop |= self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
+        return True
+
+    # -- 3. learner blocks --------------------------------------------------------------
+    def _learn(self, f: Flight) -> bool:
+        """One planned learner call of the current block, or the block's end."""
+        b = self.loop.block
+        if f.next_commit <= b or f.stop:
+            return False
+        if not f.calls:
+            f.timed("end_block", self._end_block, f, b)
+            return True
+        if self.cache.size < self.cfg.replay.min_size:   # would wait forever: say why instead
+            raise StallError(
+                f"learner block {b} needs {self.cfg.replay.min_size} replay rows but the cache holds "
+                f"{self.cache.size} (replay.capacity={self.cfg.replay.capacity}, shards skipped: "
+                f"{len(self.cache.skipped)}); valid: replay.capacity >= replay.min_size and readable shards")
+        n = f.calls.popleft()
+        t0 = time.time()
+        m = f.timed("learn_stage", stages.learn_stage, self.learner, self.sampler, n, self.cfg.agent.batch_size,
+                    self.rng)
+        if self.learner.steps % 500 < n:
+            self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"],
+                           steps_per_s=n / max(time.time() - t0, 1e-9))
+        return True
+
+    def _end_block(self, f: Flight, b: int) -> None:
+        """After learner block ``b``: the planned version, evaluation and checkpoint."""
         cfg = self.cfg
-        can_learn = (self.cache.size >= cfg.replay.min_size and
-                     self.learner.steps < cfg.learner.replay_ratio * f.committed_env_steps)
-        for fut in self.executor.wait(list(f.in_flight), timeout=0 if can_learn else 0.05):
-            a = f.in_flight.pop(fut)
-            # Materialize the result now and drop the future: if its worker dies later, Dask
-            # would otherwise *recompute* this stateful rollout on a rebuilt actor, and the
-            # shard could mix two actor histories (duplicate episode rows). Retried in-flight
-            # tasks are fine: their first completed result is the only one ever used.
-            try:
-                result = fut.result()
-            except concurrent.futures.CancelledError:  # lost with a killed worker, forgotten by Dask:
-                self.log.write("task_lost", step=self.loop.env_steps, task=f"rollout actor {a}")
-                f.submitted_steps -= f.steps_per_task    # its steps never arrive: submit them again
-                f.idle.append(a)                         # the actor's next task starts it afresh
-                continue
-            stats = result.stats
-            self.loop.env_steps += stats.env_steps
-            self.loop.episodes += len(stats.episode_returns)
-            f.recent_returns.extend(stats.episode_returns)
-            self.worker_stats.add(stats)
-            f.lags.append((self.loop.policy_version - stats.policy_version,
-                           time.time() - self.version_time.get(stats.policy_version, time.time())))
-            f.pending.append(result)
-            f.pending_rows += stats.env_steps
-            f.pending_bytes += result.batch.nbytes
-            f.idle.append(a)
-            if bar is not None:
-                bar.update(stats.env_steps)
+        if self.learner.steps - f.last_broadcast_step >= cfg.actors.broadcast_period:
+            f.last_broadcast_step = self.learner.steps
+            f.timed("new_version", self._new_version, True)
+        f.versions[b] = (self.payload_ref, self.loop.policy_version)
+        for old in [v for v in f.versions if v < f.plan.policy_block(f.next_submit)]:
+            del f.versions[old]      # no block left to submit acts with it
+        if self.loop.env_steps >= f.next_eval and self.learner.steps > 0:
+            f.next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
+            f.evals.append((b, self._submit_evaluation(), self.loop.env_steps))
+            f.eval_submitted[f.evals[-1][1]] = time.time()   # an evaluation's seconds count in the stall bound
+        self.loop.block = b + 1
+        if self.learner.steps - f.last_ckpt_step >= cfg.checkpoint.every_steps:
+            f.last_ckpt_step = self.learner.steps
+            f.timed("checkpoint", self._checkpoint)
 
-    def _log_policy_lag(self, f: "_Flight") -> None:
-        """Policy lag in versions and seconds, every 2 s."""
-        if not f.lags or time.time() - f.lag_logged <= 2.0:
+    def _submit_evaluation(self):
+        cfg = self.cfg
+        self.n_evals += 1
+        self.eval_versions = getattr(self, "eval_versions", set()) | {self.loop.policy_version}
+        return self.executor.submit(
+            stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
+            cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
+            self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
+            keep_returns=False, key=f"eval-{self.run_id}-{self.n_evals}")
+
+    # -- 4. stalls ---------------------------------------------------------------------
+    def _watch(self, f: Flight, progressed: bool) -> None:
+        """Wait for the next thing the plan needs; a StallError after the stall bound without progress."""
+        now = time.time()
+        if progressed:
+            f.last_progress = now
             return
-        f.lag_logged = time.time()
+        waiting = f.waiting_for()
+        pending = [fut for _, fut in waiting if fut is not None and not fut.done()]
+        if pending:
+            self.executor.wait(pending, timeout=0.05)
+        else:
+            time.sleep(0.002)
+        f.idle_s[waiting[0][0].split(" ")[0] if waiting else "other"] += time.time() - now
+        bound = self.cfg.actors.stall_timeout_s or max(STALL_MIN_S, 10 * f.slowest_task_s)
+        if time.time() - f.last_progress > bound:
+            what = ", ".join(name for name, _ in waiting) or "nothing (a bug)"
+            raise StallError(f"training made no progress for {bound:.0f} s; waiting for {what} "
+                             f"(learner block {self.loop.block}, committed blocks {f.next_commit}); "
+                             f"valid: a cluster that runs these tasks, or a larger actors.stall_timeout_s")
+
+    def _log_policy_lag(self, f: Flight) -> None:
+        """Policy lag in versions and seconds, every 2 s."""
+        if not f.lags or time.time() - getattr(self, "_lag_logged", 0.0) <= 2.0:
+            return
+        self._lag_logged = time.time()
         self.log.write("policy_lag", step=self.loop.env_steps, policy_version=self.loop.policy_version,
                        versions_mean=float(np.mean([l[0] for l in f.lags])),
                        versions_max=int(max(l[0] for l in f.lags)),
                        seconds_mean=float(np.mean([l[1] for l in f.lags])),
                        seconds_max=float(max(l[1] for l in f.lags)))
-
-    def _maybe_write_shard(self, f: "_Flight", ending: bool) -> None:
-        """Aggregate pending rollout results into one shard when big enough (or the run is ending)."""
-        if not f.pending or not (f.pending_bytes >= self.cfg.replay.shard_target_bytes
-                                 or f.pending_rows >= self._flush_rows() or ending):
-            return
-        shard_id = stages.shard_id_for(self.loop.shard_seq)
-        self.loop.shard_seq += 1
-        f.writes.append((shard_id, self._submit_write(shard_id, f.pending), f.pending))
-        f.pending, f.pending_rows, f.pending_bytes = [], 0, 0
-
-    def _submit_write(self, shard_id: str, results: List[Any]):
-        return self.executor.submit(stages.write_shard_stage, self.store_url, shard_id, list(results),
-                                    self.cfg.replay.writer_options(), key=f"write-{self.run_id}-{shard_id}")
-
-    def _commit_finished_writes(self, f: "_Flight") -> None:
-        """Commit finished shard writes, in submission order, in one log entry; refresh the cache."""
-        cfg = self.cfg
-        ready = []
-        while f.writes and f.writes[0][1].done():
-            shard_id, fut, results = f.writes[0]
-            try:
-                ready.append(fut.result())
-            except concurrent.futures.CancelledError:  # lost with a killed worker, forgotten by Dask
-                self.log.write("task_lost", step=self.loop.env_steps, task=f"write {shard_id}")
-                f.writes[0] = (shard_id, self._submit_write(shard_id, results), results)  # same id: overwrites
-                break
-            f.writes.popleft()
-        if not ready:
-            return
-        version = stages.commit_stage(self.store, [r["shard_id"] for r in ready],
-                                      meta={"policy_version": self.loop.policy_version},
-                                      retention_transitions=cfg.replay.retention_transitions)
-        if version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
-            self.log.write("gc", step=self.loop.env_steps, **stages.gc_stage(self.store, cfg.replay.gc_grace_s))
-        self.cache.refresh()
-        f.committed_env_steps += sum(r["rows"] for r in ready)
-        self.log.write("commit", step=self.loop.env_steps, log_version=version, shards=len(ready),
-                       rows=sum(r["rows"] for r in ready), bytes=sum(r["nbytes"] for r in ready))
-        self.log.write("workers", step=self.loop.env_steps, workers=self.worker_stats.table())
-
-    def _learn(self, f: "_Flight") -> None:
-        """Up to ``steps_per_call`` learner steps while behind ``replay_ratio`` x committed env steps."""
-        cfg = self.cfg
-        if self.cache.size < cfg.replay.min_size:
-            return
-        budget = int(cfg.learner.replay_ratio * f.committed_env_steps) - self.learner.steps
-        if budget <= 0:
-            return
-        n = min(budget, cfg.learner.steps_per_call)
-        t0 = time.time()
-        m = stages.learn_stage(self.learner, self.sampler, n, cfg.agent.batch_size, self.rng)
-        if self.learner.steps % 500 < n:
-            self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"],
-                           steps_per_s=n / max(time.time() - t0, 1e-9))
-
-    def _maybe_new_version(self, f: "_Flight") -> None:
-        self._poll_async_version()
-        if self.learner.steps - f.last_broadcast_step >= self.cfg.actors.broadcast_period:
-            f.last_broadcast_step = self.learner.steps
-            self._new_version(blocking=False)
-
-    def _evaluate(self, f: "_Flight") -> None:
-        """Submit an evaluation task every ``eval.every_env_steps``; handle finished ones."""
-        cfg = self.cfg
-        if self.loop.env_steps >= f.next_eval and self.learner.steps > 0:
-            f.next_eval += cfg.eval.every_env_steps
-            self.n_evals += 1
-            self.eval_versions = getattr(self, "eval_versions", set()) | {self.loop.policy_version}
-            f.evals.append(self.executor.submit(
-                stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
-                cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
-                self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
-                key=f"eval-{self.run_id}-{self.n_evals}"))
-        for fut in [e for e in f.evals if e.done()]:
-            f.evals.remove(fut)
-            f.stop |= self._on_evaluation(fut.result(), f.start)
 
     def _flush_rows(self) -> int:
         # Freshness bound, deterministic (row-based, not time-based) so that the
@@ -449,13 +479,16 @@ class Trainer:
         per_task = self.cfg.env.num_envs * self.cfg.actors.steps_per_task
         return max(per_task * self.cfg.actors.num_actors, 512)
 
-    def _on_evaluation(self, result: Dict[str, Any], start: float) -> bool:
+    def _on_evaluation(self, result: Dict[str, Any], start: float, env_steps: Optional[int] = None) -> bool:
         """Log an evaluation, keep the best version's parameters; True = stop (target reached).
 
         Versions are ranked by the confirmed mean when there is one (see
         ``run_evaluation_task``), so the kept policy is the most trustworthy.
+        ``env_steps``: the committed env steps the evaluation was planned at.
         """
         cfg = self.cfg
+        if env_steps is not None:
+            result = {**result, "env_steps": int(env_steps)}
         score = summary_lib.evaluation_score(result)
         getattr(self, "eval_versions", set()).discard(result["version"])
         summary_lib.log_evaluation(self.log, self.loop, result)
@@ -481,11 +514,13 @@ class Trainer:
         self.best_ckpt.wait()
         summary_lib.restore_best(self.best_ckpt, self.loop.best_version, self.learner)
         wall = time.time() - start
-        calib = self._calibration_obs() if cfg.actors.precision == "int8-full" else None
+        calib = self._calibration_obs(self.loop.policy_version) if cfg.actors.precision == "int8-full" else None
         final = summary_lib.final_evaluation(cfg, self.learner, self.builder, self.run_dir,
                                              self.loop.policy_version, calib)
         summary = summary_lib.build_summary(cfg, self.run_dir, self.loop, self.learner.steps, wall,
-                                            self.payload.nbytes, lags, final, self.store.latest_version())
+                                            self.payload.nbytes, lags, final, self.store.latest_version(),
+                                            getattr(self, "driver_bytes_in", None),
+                                            getattr(self, "trajectory_bytes", None))
         for q in self.quality.collect(wait=True):
             self.log.write("broadcast_quality", step=self.learner.steps, **q)
         self.quality.close()

@@ -107,9 +107,16 @@ def read_record(run_dir: str, round_index: int, kind: str = "") -> Optional[Dict
 
 # --------------------------------------------------------------------------- stage functions (worker side)
 def rollout_round_task(actor_id: int, plan: RoundPlan, payload) -> RolloutResult:
-    """One actor's rollout task of the round (task index = round)."""
-    return run_rollout_task(plan.actor_specs[actor_id], payload, plan.round, plan.steps_per_task,
-                            plan.explore[actor_id])
+    """One actor's rollout task of the round (task index = round).
+
+    Rounds start every actor afresh, so the result drops the actor's state
+    (``next_state``): Beam pickles results between stages, and a snapshot
+    nobody reads costs ~2 ms per task.
+    """
+    result = run_rollout_task(plan.actor_specs[actor_id], payload, plan.round, plan.steps_per_task,
+                              plan.explore[actor_id])
+    result.next_state = None
+    return result
 
 
 def write_round_shard(group_results: Tuple[int, Sequence[RolloutResult]], plan: RoundPlan) -> Dict[str, Any]:
@@ -388,13 +395,18 @@ class RoundLauncher:
             record = read_record(self.run_dir, r)
             if record is None:
                 raise RuntimeError(f"round {r}: the pipeline finished but wrote no round record")
+            # What the launcher receives of a round: its JSON record (metadata), never trajectories.
+            self.driver_bytes_in = getattr(self, "driver_bytes_in", 0) + len(json.dumps(record))
+            self.trajectory_bytes = getattr(self, "trajectory_bytes", 0) + int(record["bytes"])
             workers = WorkerStats()   # per round: Beam starts new worker processes each round
             returns = self._account(record, workers, recent)
             lags.append((0, pipeline_s))    # every rollout of a round acts with the newest version
             if evaluate:
                 while next_eval <= self.loop.env_steps:
                     next_eval += every
-                stop = self._on_evaluation(read_record(self.run_dir, r, "eval"), start)
+                result = read_record(self.run_dir, r, "eval")
+                self.driver_bytes_in += len(json.dumps(result))
+                stop = self._on_evaluation(result, start)
             self.loop.shard_seq = r + 1
             t1 = time.time()
             k, m = self.learner.learn(r, self.loop)                       # learner stage (+ checkpoint)
@@ -451,7 +463,9 @@ class RoundLauncher:
         final = summary_lib.final_evaluation(cfg, stage.learner, stage.builder, self.run_dir,
                                              self.loop.policy_version, stage.calibration_obs())
         summary = summary_lib.build_summary(cfg, self.run_dir, self.loop, stage.learner.steps, wall,
-                                            payload.nbytes, lags, final, stage.store.latest_version())
+                                            payload.nbytes, lags, final, stage.store.latest_version(),
+                                            getattr(self, "driver_bytes_in", None),
+                                            getattr(self, "trajectory_bytes", None))
         from pipelines.energy import stop_run_tracker
         summary.update(stop_run_tracker(self.energy))
         summary_lib.write_summary(self.run_dir, self.log, summary)

@@ -39,6 +39,13 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
     A retry overwrites its own uncommitted shard; nothing is visible until
     :func:`commit_stage` names it in the commit log. ``writer_options``:
     ``cfg.replay.writer_options()`` (chunk size, encoder threads).
+
+    Returns metadata only, which is all the driver receives (data flows one
+    way: executors hand this task the rollout futures, so trajectories go
+    from the actor's worker to the writer's): shard id, rows, stored bytes,
+    ``raw_bytes`` (the batches' in-memory size), the episodes that ended
+    (count, sum of returns, the last :data:`RETURNS_TAIL` returns) and one
+    ``[actor, task, worker, seconds, env_steps, policy_version]`` row per task.
     """
     store = _worker_store(store_url, writer_options or {})
     batches = [r.batch for r in results]
@@ -47,7 +54,21 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
         "actors": sorted({int(b.actor_id) for b in batches}),
     })
     return {"shard_id": shard_id, "rows": int(sum(b.size for b in batches)),
-            "nbytes": int(getattr(info, "nbytes", 0))}
+            "nbytes": int(getattr(info, "nbytes", 0)), "raw_bytes": int(sum(b.nbytes for b in batches)),
+            **task_summary([r.stats for r in results if getattr(r, "stats", None) is not None])}
+
+
+#: Episode returns a shard write reports back (progress shows the mean of the last 20).
+RETURNS_TAIL = 10
+
+
+def task_summary(stats: Sequence[Any]) -> Dict[str, Any]:
+    """What the driver needs of a shard's rollout stats, compactly (it is all the driver receives)."""
+    returns = [r for s in stats for r in s.episode_returns]
+    return {"episodes": len(returns), "return_sum": float(sum(returns)),
+            "returns_tail": [round(r, 2) for r in returns[-RETURNS_TAIL:]],
+            "tasks": [[s.actor_id, s.task_index, s.worker, round(s.seconds, 4), s.env_steps, s.policy_version]
+                      for s in stats]}
 
 
 # Shard writers of this process (a worker, or the driver), most recently used last. A writer

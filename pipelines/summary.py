@@ -43,8 +43,9 @@ def evaluation_score(result: Dict[str, Any]) -> float:
 
 def log_evaluation(log, loop, result: Dict[str, Any]) -> None:
     """One ``eval`` record in metrics.jsonl (wall time from process start)."""
-    log.write("eval", step=loop.env_steps, version=result["version"], mean=result["mean"], std=result["std"],
-              min=result["min"], confirmed_mean=result["confirmed_mean"], wall_s=time.time() - process_start())
+    log.write("eval", step=result.get("env_steps", loop.env_steps), version=result["version"], mean=result["mean"],
+              std=result["std"], min=result["min"], confirmed_mean=result["confirmed_mean"],
+              wall_s=time.time() - process_start())
 
 
 def record_target(cfg, loop, result: Dict[str, Any]) -> bool:
@@ -57,7 +58,7 @@ def record_target(cfg, loop, result: Dict[str, Any]) -> bool:
         result["confirmed_mean"] is not None or cfg.eval.confirm_episodes == 0)
     if solved and loop.time_to_target_s is None:
         loop.time_to_target_s = time.time() - process_start()
-        loop.env_steps_to_target = loop.env_steps
+        loop.env_steps_to_target = result.get("env_steps", loop.env_steps)   # where it was planned
     return bool(cfg.eval.stop_at_target and solved)
 
 
@@ -96,9 +97,18 @@ def final_evaluation(cfg, learner, builder, run_dir: str, policy_version: int,
 
 
 def build_summary(cfg, run_dir: str, loop, learner_steps: int, wall_s: float, bytes_per_broadcast: int,
-                  lags: Sequence, final: Dict[str, Any], replay_log_version: int) -> Dict[str, Any]:
-    """The summary dict (same keys for every executor). ``lags``: (versions, seconds) pairs."""
+                  lags: Sequence, final: Dict[str, Any], replay_log_version: int,
+                  driver_bytes_in: Optional[int] = None, trajectory_bytes: Optional[int] = None) -> Dict[str, Any]:
+    """The summary dict (same keys for every executor). ``lags``: (versions, seconds) pairs.
+
+    ``driver_bytes_in``: bytes of the task results this driver (or Beam launcher) process received;
+    ``trajectory_bytes``: in-memory bytes of the committed batches; both per env step, None
+    where the loop does not measure them.
+    """
+    per_step = lambda n: None if n is None else n / max(loop.env_steps, 1)
     return {
+        "driver_bytes_in_per_env_step": per_step(driver_bytes_in),
+        "trajectory_bytes_per_env_step": per_step(trajectory_bytes),
         "run_dir": run_dir, "env_id": cfg.env.id, "executor": cfg.executor,
         "precision": cfg.actors.precision, "seed": cfg.seed,
         "env_steps": loop.env_steps, "learner_steps": learner_steps,

@@ -105,7 +105,7 @@ BAD_VALUES = {
     "name": "runs/x", "seed": -1, "total_env_steps": 0, "run_dir": "ftp://host/run",
     "env.num_envs": 0, "env.max_episode_steps": 0,
     "actors.num_actors": 0, "actors.steps_per_task": 0, "actors.broadcast_period": 0,
-    "actors.calibration_size": 0,
+    "actors.calibration_size": 0, "actors.policy_lag": 65, "actors.stall_timeout_s": -1.0,
     "replay.capacity": 0, "replay.min_size": 0, "replay.shard_target_bytes": 1023, "replay.shard_max_rows": -1,
     "replay.chunk_bytes": 1023, "replay.write_threads": 0, "replay.retention_transitions": -1,
     "replay.gc_grace_s": 0.0,
@@ -116,8 +116,10 @@ BAD_VALUES = {
     "carbon.country": "US", "carbon.pue": 0.9,
     "threads.tf_intra_op": -1, "threads.tf_inter_op": -1, "threads.litert": 0,
 }
-#: Leaves checked elsewhere: env.id by core.envs.check_env_id (with suggestions).
-CHECKED_ELSEWHERE = {"env.id"}
+#: Leaves checked elsewhere: env.id by core.envs.check_env_id (with suggestions); the inference
+#: server's host and TLS files by core.inference.endpoint.check_config (tests/test_inference.py).
+CHECKED_ELSEWHERE = {"env.id", "inference_server.bind_host", "inference_server.tls_cert",
+                     "inference_server.tls_key"}
 
 
 def _leaf_fields(cls, prefix=""):

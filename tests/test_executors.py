@@ -21,6 +21,7 @@ from core import config as config_lib
 BUDGET = 8_192
 THRESHOLD = 100.0
 SUMMARY_KEYS = {"run_dir", "env_id", "executor", "precision", "seed", "env_steps", "learner_steps", "episodes",
+                "driver_bytes_in_per_env_step", "trajectory_bytes_per_env_step",
                 "wall_s", "env_steps_per_s", "policy_versions", "bytes_per_broadcast", "best_eval_return",
                 "best_version", "time_to_target_s", "env_steps_to_target", "mean_policy_lag_versions",
                 "mean_policy_lag_s", "final_eval", "replay_log_version",
@@ -78,6 +79,8 @@ def test_executor_learns_cartpole_and_leaves_a_complete_run_dir(executor, tmp_pa
     summary = train(small_config(executor), run_dir)
     assert summary["executor"] == executor and summary["env_steps"] >= BUDGET
     assert_complete_run_dir(str(run_dir), summary)
+    # Data flows one way: the driver (Beam: the launcher) receives metadata, well under 1% of trajectories.
+    assert 0 < summary["driver_bytes_in_per_env_step"] < 0.01 * summary["trajectory_bytes_per_env_step"]
     learned = max(summary["best_eval_return"], summary["final_eval"]["fp32"]["mean"])
     assert learned >= THRESHOLD, (f"{executor}: {learned:.1f} < {THRESHOLD} within {BUDGET} env steps"
                                   f" ({summary['learner_steps']} learner steps, {summary['policy_versions']}"

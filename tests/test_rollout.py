@@ -68,3 +68,23 @@ def test_epsilon_greedy():
     np.testing.assert_array_equal(epsilon_greedy(q, {"epsilon": 0.0}, rng)[0], [1, 0, 1])
     acts, _ = epsilon_greedy(np.tile([[0.0, 1.0]], (10_000, 1)), {"epsilon": 0.5}, np.random.default_rng(1))
     assert abs((acts == 0).mean() - 0.25) < 0.02   # half explore, half of those pick action 0
+
+
+def test_an_actor_moved_to_another_worker_continues_from_its_state_as_data(payload):
+    """``after=`` (the previous result) carries the actor's state: a worker without it continues exactly."""
+    import pickle
+    spec = ActorSpec("test-move", "CartPole-v1", num_envs=3, seed=5, actor_id=1)
+    first = run_rollout_task(spec, payload, 0, 40, explore={"epsilon": 0.5})
+    sent = pickle.loads(pickle.dumps(first))     # the result as Dask sends it to another worker
+    stayed = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}, after=first).batch
+    release_actors("test-move")
+    run_rollout_task(spec, payload, 0, 40, explore={"epsilon": 0.5})
+    release_actors("test-move")      # the next task runs where the actor never was
+    moved = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}, after=sent).batch
+    for name, value in stayed.fields().items():
+        np.testing.assert_array_equal(value, moved.fields()[name], err_msg=name)
+    release_actors("test-move")
+    late = pickle.loads(pickle.dumps(first))     # sent after the actor moved on: no state, so rebuilt
+    rebuilt = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}, after=late).batch
+    assert (rebuilt.episode_id[0] >> 53 == 1).all() and (stayed.episode_id >> 53 == 0).all()   # bit 21 of stream
+    release_actors("test-move")

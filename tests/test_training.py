@@ -113,3 +113,95 @@ def test_evaluate_cli_rejects_a_non_run_directory(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: {str(tmp_path)!r} is not a run directory (no config.json)"]
+
+
+# -- resume never hangs, never runs a committed task twice (issue 13, items 4 and 5) ----------------
+
+KILL_AFTER = """
+import os, signal, sys
+from pipelines import driver
+where, n = sys.argv[1], int(sys.argv[2])
+seen = [0]
+original = getattr(driver.Trainer, where)
+def wrapped(self, *args, **kwargs):
+    out = original(self, *args, **kwargs)
+    seen[0] += 1
+    if seen[0] == n:                      # kill -9 itself: no cleanup, no final checkpoint
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+setattr(driver.Trainer, where, wrapped)
+from pipelines.train import main
+sys.exit(main(sys.argv[3:]))
+"""
+KILL_RUN = ["--executor", "local", "--no-progress", "--set", "total_env_steps=4096",
+            "--set", "eval.every_env_steps=2048", "--set", "eval.episodes=5", "--set", "eval.confirm_episodes=0"]
+
+
+def _replay_is_each_task_once(run_dir):
+    """Every task in one live shard, (episode, step) rows unique and gap-free; returns total rows."""
+    import zarr
+    from core.replay import ReplayStore
+    store = ReplayStore.open(os.path.join(run_dir, "replay"))
+    state = store.state()
+    added = [sh["id"] for v in range(1, state.version + 1) for sh in store.log.entry(v).get("shards", [])]
+    assert len(added) == len(set(added)) == len(state.live), f"a shard was committed twice: {added}"
+    tasks, episodes, steps = [], [], []
+    for sid in state.live:
+        group = zarr.open_group(os.path.join(run_dir, "replay", "shards", sid), mode="r")
+        tasks += group.attrs["databloom"]["attrs"]["tasks"]
+        episodes.append(group["episode_id"][:])
+        steps.append(group["step"][:])
+    assert len(tasks) == len(set(tasks)), f"a task was committed twice: {sorted(tasks)}"
+    episodes, steps = np.concatenate(episodes), np.concatenate(steps)
+    pairs = episodes.astype(np.int64) * 100_000 + steps
+    assert len(np.unique(pairs)) == len(pairs), "an episode id was reused"
+    for e in np.unique(episodes):
+        s = np.sort(steps[episodes == e])
+        assert (s == np.arange(len(s))).all(), f"episode {e} has steps {s[:10]}..."
+    return state.rows
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("where, n, every", [
+    ("_committed", 4, 200),      # block 3 committed after the checkpoint of block 2
+    ("_committed", 4, 1000),     # blocks 2 and 3 committed after the checkpoint of block 1
+    ("_submit_write", 4, 200),   # block 3's shard written, not committed
+])
+def test_resume_after_kill_9_commits_every_task_once(tmp_path, where, n, every):
+    run_dir = str(tmp_path / "run")
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    settings = [*KILL_RUN, "--set", f"checkpoint.every_steps={every}"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER, where, str(n), "--run-dir", run_dir, *settings],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    resumed = subprocess.run([sys.executable, "-m", "pipelines.train", "--resume", run_dir, *settings],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert _replay_is_each_task_once(run_dir) == summary["env_steps"] == 4096
+    assert summary["learner_steps"] == 2048
+
+
+@pytest.mark.timeout(300)
+def test_resume_with_a_cache_smaller_than_the_checkpoint_trains_on(tmp_path):
+    """Issue 13 item 4: replay.capacity below the rows the checkpoint saw used to hang forever."""
+    first, run_dir = _train(tmp_path, "small", ["replay.capacity=1024", "total_env_steps=2048"])
+    resumed, _ = _train(tmp_path, "small", ["replay.capacity=1024", "total_env_steps=2560"], resume=True)
+    assert (first["env_steps"], resumed["env_steps"]) == (2048, 3072)
+    assert resumed["learner_steps"] == 1536
+
+
+@pytest.mark.timeout(120)
+def test_a_stall_is_a_one_line_error_naming_what_it_waits_for(tmp_path, monkeypatch):
+    import concurrent.futures
+    from pipelines.driver import StallError
+    from pipelines.executors.local import LocalExecutor
+    real_submit = LocalExecutor.submit
+
+    def submit(self, fn, *args, key=None, **kwargs):
+        if (key or "").startswith("write-"):
+            return concurrent.futures.Future()          # a write that never finishes
+        return real_submit(self, fn, *args, key=key, **kwargs)
+    monkeypatch.setattr(LocalExecutor, "submit", submit)
+    with pytest.raises(StallError, match=r"no progress for 1 s; waiting for shard write s00000000 \(learner block 0"):
+        _train(tmp_path, "stall", ["total_env_steps=2048", "actors.stall_timeout_s=1"])

@@ -51,8 +51,11 @@ class DaskExecutor:
         if address:
             self.client = Client(address, timeout="20s")
         else:
+            import dask
             n = n_workers or os.cpu_count() or 1
-            with _workers_ignore_sigint():
+            # No work stealing: a stolen rollout leaves its actor's warm worker (its env state and
+            # LiteRT interpreter) and must ship the state along (core.rollout); pinned is cheaper.
+            with _workers_ignore_sigint(), dask.config.set({"distributed.scheduler.work-stealing": False}):
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
                                              processes=True, dashboard_address=None,
                                              env=thread_env or {}, silence_logs=logging.ERROR)
@@ -90,6 +93,11 @@ class DaskExecutor:
             self._addrs = sorted(self.workers())
             self._addrs_time = time.monotonic()
         return self._addrs
+
+    def placement(self, num_actors: int) -> Dict[int, str]:
+        """The worker each actor is pinned to (it may move if that worker dies)."""
+        addrs = self._worker_addresses()
+        return {a: addrs[a % len(addrs)] if addrs else "any" for a in range(num_actors)}
 
     def workers(self) -> Dict[str, Dict[str, Any]]:
         return self.client.scheduler_info(n_workers=-1)["workers"]

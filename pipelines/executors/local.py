@@ -31,6 +31,10 @@ class LocalExecutor:
     def workers(self) -> Dict[str, Dict[str, Any]]:
         return {f"pid{os.getpid()}": {"kind": "in-process"}}
 
+    def placement(self, num_actors: int) -> Dict[int, str]:
+        """Where each actor runs: this process."""
+        return {a: f"pid{os.getpid()} (in-process)" for a in range(num_actors)}
+
     def worker_pids(self) -> List[int]:
         """No worker processes: every stage runs in the driver (energy attribution)."""
         return []

@@ -1,0 +1,104 @@
+"""The in-flight state of one training run: what the plan has submitted, committed and awaits.
+
+:class:`Flight` is the driver's (:mod:`pipelines.driver`) bookkeeping of one
+``Trainer.run`` that is not checkpointed: futures of the blocks in flight,
+published versions still needed, pending evaluations, timings. It is rebuilt
+on resume from the checkpointed ``LoopState`` and the commit log. It also
+names what the next commit waits for, which the stall error reports::
+
+    f = Flight.begin(trainer)
+    f.version_for(block)      # (payload ref, version) the block acts with, or None while unpublished
+    f.waiting_for()           # [("shard write s00000007 (rollouts a0001-t0000007)", future), ...]
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+from core.config import ConfigError
+from pipelines.plan import TrainingPlan
+from pipelines.stages import shard_id_for
+from pipelines.summary import WorkerStats
+
+#: Least seconds without progress before a run is declared stalled (first tasks start workers).
+STALL_MIN_S = 120.0
+
+
+class StallError(ConfigError):
+    """Training cannot progress (one line naming what it waits for); exit 2 in the CLI."""
+
+
+
+@dataclasses.dataclass
+class Flight:
+    """Bookkeeping of one ``Trainer.run`` that is not checkpointed (rebuilt on resume)."""
+    start: float
+    plan: TrainingPlan
+    base_block: int                      # loop.block at the start of this run (resume point)
+    initial: Tuple[Any, int]             # (payload ref, version) for blocks before base_block's versions
+    next_submit: int                     # next block whose rollouts to submit
+    next_commit: int                     # next block to commit
+    precommitted: Dict[int, int]         # resume: block -> rows, committed before the restart
+    next_eval: int
+    last_ckpt_step: int
+    last_broadcast_step: int
+    versions: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # learner block -> ref, version
+    rollouts: Dict[int, List[Any]] = dataclasses.field(default_factory=dict)        # block -> rollout futures
+    block_ref: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # block -> its version
+    writes: Dict[int, Any] = dataclasses.field(default_factory=dict)                # block -> write future
+    last_task: Dict[int, Any] = dataclasses.field(default_factory=dict)             # actor -> latest rollout
+    calls: Deque[int] = dataclasses.field(default_factory=deque)                    # learner calls left in block
+    evals: Deque[Tuple[int, Any, int]] = dataclasses.field(default_factory=deque)    # (block, future, env steps)
+    eval_submitted: Dict[Any, float] = dataclasses.field(default_factory=dict)       # future -> submit time
+    recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
+    lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
+    driver_bytes: int = 0                # pickled size of every result the driver materialized
+    trajectory_bytes: int = 0            # in-memory size of the committed batches
+    last_progress: float = 0.0
+    slowest_task_s: float = 0.0          # slowest rollout or evaluation so far (the stall bound is 10x)
+    retries: int = 0
+    stop: bool = False
+    busy_s: Dict[str, float] = dataclasses.field(default_factory=dict)   # driver seconds per loop phase
+    idle_s: Dict[str, float] = dataclasses.field(   # driver (learner) idle seconds, by what it waited for
+        default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "other": 0.0})
+
+    @classmethod
+    def begin(cls, trainer: "Trainer") -> "Flight":
+        cfg, loop = trainer.cfg, trainer.loop
+        trainer.worker_stats = WorkerStats()   # per-worker tasks / retries / env steps/s (progress + metrics)
+        every = cfg.eval.every_env_steps
+        pre = trainer.precommitted
+        first_new = max([loop.block - 1, *pre]) + 1
+        now = time.time()
+        return cls(start=now, plan=trainer.plan, base_block=loop.block,
+                   initial=(trainer.payload_ref, trainer.loop.policy_version), next_submit=first_new,
+                   next_commit=loop.block, precommitted=pre, next_eval=(loop.env_steps // every + 1) * every,
+                   last_ckpt_step=trainer.learner.steps, last_broadcast_step=trainer.learner.steps,
+                   last_progress=now)
+
+    def timed(self, phase: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``, its seconds added to ``busy_s[phase]`` (the ``schedule`` record)."""
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.busy_s[phase] = self.busy_s.get(phase, 0.0) + time.perf_counter() - t0
+
+    def version_for(self, block: int) -> Optional[Tuple[Any, int]]:
+        """The (ref, version) block ``block`` acts with, or None while its learner block is not done."""
+        pb = self.plan.policy_block(block)
+        return self.initial if pb < self.base_block else self.versions.get(pb)
+
+    def waiting_for(self) -> List[Tuple[str, Any]]:
+        """What the next commit waits for, named: the write (or its rollouts) or an evaluation."""
+        c = self.next_commit
+        out = [(f"evaluation of block {b}", fut) for b, fut, _ in self.evals
+               if b <= self.plan.decides_stop_before(c) and not fut.done()]
+        fut = self.writes.get(c)
+        if fut is not None and not fut.done():
+            names = [f"a{a:04d}-t{k:07d}" for (a, k), r in zip(self.plan.tasks(c), self.rollouts[c]) if not r.done()]
+            out.append((f"shard write {shard_id_for(c)}" + (f" (rollouts {' '.join(names)})" if names else ""),
+                        fut))
+        return out
