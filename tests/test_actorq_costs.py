@@ -74,7 +74,7 @@ def test_predict_only_cli_and_its_errors(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
     cases = [(["--predict", str(bad)], f"error: --predict {str(bad)!r} is not JSON"),
-             (["--predict", str(tmp_path / "none.json")], "error: [Errno 2] No such file or directory"),
+             (["--predict", str(tmp_path / "none.json")], f"error: No such file or directory: {tmp_path / 'none.json'}"),
              (["--predict", str(good), "--set", "learner.replay_ratio=-1"], "error: "),
              (["--precisions", "int4"], "error: unknown precision 'int4'; valid: fp32, fp16, int8-dynamic, int8-full")]
     for argv, start in cases:

@@ -480,7 +480,7 @@ def test_local_and_central_unrolls_feed_one_sampler(tmp_path):
     assert {k: (v.dtype, v.shape[1:]) for k, v in local.extras.items()} == \
         {k: (v.dtype, v.shape[1:]) for k, v in central[0].extras.items()}
     store = ReplayStore.open_or_create(str(tmp_path / "r"), env_id="pomdp:CartPole-v1")
-    store.commit([store.write_shard("local", [local]).id, store.write_shard("central", central).id])
+    store.commit([store.write_shard("l0", [local]).id, store.write_shard("c0", central).id])
     cache = ReplayCache(store)
     cache.refresh()
     sampler = PrioritizedSequenceSampler(cache, length=8, burn_in=3)
