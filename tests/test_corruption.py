@@ -7,7 +7,7 @@ compact``, ``evaluate`` and ``train --resume`` either exit 2 with one
 ``error:`` line naming the damage, or recover safely, and nothing outside
 the store changes (for an error: nothing at all changes).
 
-One tiny training run (local executor, 2,048 env steps, about 30 s) is made
+One tiny training run (local executor, 1,536 env steps, about 10 s) is made
 once per module and copied per case. Most CLI runs call ``main()`` in
 process (fast); ``test_real_subprocesses_*`` check exit status and stderr of
 real processes.
@@ -24,8 +24,10 @@ import pytest
 
 from core.config import load_config
 
-TINY = ["executor=local", "total_env_steps=2048", "replay.min_size=256", "eval.every_env_steps=1024",
-        "checkpoint.every_steps=50", "actors.broadcast_period=50", "replay.shard_max_rows=512"]
+#: Three 512-row blocks (2 actors x 8 envs x 32 steps): log entries 1-3, one shard each.
+TINY = ["executor=local", "total_env_steps=1536", "actors.num_actors=2", "replay.min_size=256",
+        "eval.every_env_steps=1024", "checkpoint.every_steps=50", "actors.broadcast_period=50",
+        "replay.shard_max_rows=512"]
 ENTRY2 = "replay/log/00000000000000000002.json"
 
 
