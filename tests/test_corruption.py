@@ -336,7 +336,10 @@ def test_resume_with_a_flipped_replay_byte_quarantines_and_trains_to_completion(
     assert list(state.quarantined) == ["s00000001"] and state.quarantined["s00000001"].startswith(words)
     assert "s00000001" not in state.live and set(old.live) - {"s00000001"} <= set(state.live)
     summary = json.load(open(os.path.join(run, "summary.json")))
-    assert summary["env_steps"] >= 2560 and state.rows == old.rows - lost + (summary["env_steps"] - old.rows)
+    assert summary["env_steps"] == 2560 == old.rows + 2 * 512          # two new 512-row blocks, s3 and s4
+    assert state.rows == 2560 - lost and sorted(state.live) == ["s00000000", "s00000002", "s00000003",
+                                                                "s00000004"]
+    assert proc.stderr.count("skipping replay shard") == 1              # quarantined once, not per refresh
     assert json.load(open(os.path.join(run, "config.json")))["total_env_steps"] == 2560
     assert _outside(run, tiny_run) == outside
     assert not os.path.exists(os.path.join(run, "run.lock"))
