@@ -99,8 +99,8 @@ class Trainer:
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()   # same seed, same parameters, on every executor
         fs.makedirs(path, exist_ok=True)
-        with fs.open(f"{path}/config.json", "w") as f:
-            f.write(config_lib.to_json(cfg))
+        if not self.resume:
+            self._write_config(fs, path)
         self.spec = env_spec(cfg.env.id)
         self.store_url = urls.join(self.run_dir, "replay")
         self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
@@ -127,6 +127,7 @@ class Trainer:
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
         if self.resume:
             self._restore()
+            self._write_config(fs, path)     # only once the run restored: a failing resume writes nothing
         self.log = MetricsLogger(self.run_dir)
         self.log.write("config", step=0, config=config_lib.to_dict(cfg))
         from core.quality import BroadcastQualityProbe
@@ -137,6 +138,16 @@ class Trainer:
                                       first_task=first_block * self.plan.tasks_per_block)
                             for a in range(cfg.actors.num_actors)]
         self.log.write("placement", step=self.loop.env_steps, **self._placement())
+
+    def _write_config(self, fs, path: str) -> None:
+        """Write ``config.json`` (on resume only if ``--set``/``--config`` changed it)."""
+        text = config_lib.to_json(self.cfg)
+        if self.resume and fs.exists(f"{path}/config.json"):
+            with fs.open(f"{path}/config.json", "r") as f:
+                if f.read() == text:
+                    return
+        with fs.open(f"{path}/config.json", "w") as f:
+            f.write(text)
 
     def _placement(self) -> Dict[str, Any]:
         """Where the learner and each actor run (the ``placement`` record of metrics.jsonl)."""

@@ -29,7 +29,7 @@ import os
 import sys
 from typing import List, Optional
 
-from pipelines.cli import cli_errors, print_table
+from pipelines.cli import check_output_file, cli_errors, print_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,6 +120,13 @@ def _print_stats(s: dict) -> None:
                     [[r[key], f"{r['rows']:,}", r["episodes"], fmt(r["mean_return"])] for r in rows])
 
 
+def stats_plot_path(args: argparse.Namespace) -> str:
+    """Where ``stats`` writes its histogram: ``--plot``, or ``<store name>-returns.png`` here."""
+    from core import urls
+    name = os.path.basename(urls.normalize(args.store).rstrip("/")) or "store"
+    return args.plot or f"{name}-returns.png"
+
+
 def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
     from core.dataset import compact, engines, export, relabel, shards, stats
     from core.dataset import filter as filter_lib
@@ -128,6 +135,9 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
         export.check_format(args.format)
     if args.command == "stats" and args.bins < 1:
         raise DatasetError(f"--bins {args.bins} invalid; valid: >= 1")
+    if args.command == "stats":   # the outputs, before the (long) statistics pass
+        check_output_file(stats_plot_path(args), "--plot")
+        check_output_file(args.json, "--json")
     from core.config import check_dask_address
     check_dask_address(args.dask_address, "--dask-address")   # a typo: one line, before any engine
     # A bad, empty, damaged-log or lost-chunk store fails here, in one line, before an engine starts.
@@ -158,8 +168,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "stats":
         from core.dataset.stats import plot_returns
         _print_stats(result)
-        name = os.path.basename(result["store"].rstrip("/")) or "store"
-        print(f"\nreturn histogram: {plot_returns(result, args.plot or f'{name}-returns.png')}")
+        print(f"\nreturn histogram: {plot_returns(result, stats_plot_path(args))}")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)

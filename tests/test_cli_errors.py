@@ -172,6 +172,32 @@ def test_evaluate_export_is_checked_before_evaluating(tmp_path, capsys, a_file, 
     assert line.startswith(f"error: --export {export!r}") and fragment in line, line
 
 
+@pytest.mark.parametrize("flag", ["--plot", "--json"])
+@pytest.mark.parametrize("where, fragment", [
+    ("dir", "is a directory; valid: a file path"),
+    ("under-file", "is not a directory; valid: a path in an existing directory"),
+    ("read-only", "cannot be written ("),
+])
+def test_process_stats_outputs_are_checked_before_reading_the_store(tmp_path, capsys, a_file, request, flag,
+                                                                    where, fragment):
+    out = {"dir": str(tmp_path), "under-file": os.path.join(a_file, "out")}.get(where)
+    if where == "read-only":
+        out = os.path.join(request.getfixturevalue("read_only"), "out")
+    no_store = str(tmp_path / "no-store")   # reading it would fail: the output check must come first
+    assert _main("process")(["stats", no_store, "--executor", "local", flag, out]) == 2
+    line = _one_error(capsys)
+    assert line.startswith(f"error: {flag} {out!r}") and fragment in line, line
+    assert sorted(os.listdir(tmp_path)) == ["a-file"] + (["ro"] if where == "read-only" else [])  # nothing written
+
+
+def test_process_stats_default_plot_path_is_checked(tmp_path, capsys, monkeypatch):
+    """No --plot: the histogram goes to ./<store name>-returns.png, checked like --plot."""
+    (tmp_path / "replay-returns.png").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _main("process")(["stats", str(tmp_path / "run" / "replay"), "--executor", "local"]) == 2
+    assert _one_error(capsys) == "error: --plot 'replay-returns.png' is a directory; valid: a file path"
+
+
 @pytest.mark.parametrize("where, fragment", [
     ("file", "is a file; valid: a directory (existing or new)"),
     ("under-file", "is under the file "),

@@ -172,10 +172,17 @@ def test_range_edges_are_accepted(override, value):
     assert config_lib._get(load_config(overrides=[override]), key) == value
 
 
-def test_non_finite_agent_numbers_without_a_range_are_rejected():
+def test_non_finite_agent_numbers_without_a_range_are_rejected(monkeypatch):
+    # Every agent field has a range now (tests/test_agent_config.py); this guards the fallback for a new one.
+    from core.agents.dqn import config as dqn_config
+    monkeypatch.delitem(dqn_config.RANGES, "huber_delta")
     with pytest.raises(ConfigError) as err:
         load_config(overrides=["agent.huber_delta=.nan"])
     assert str(err.value) == "config key 'agent.huber_delta' = nan is out of range; valid: a finite number"
+    monkeypatch.undo()
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=["agent.huber_delta=.nan"])
+    assert str(err.value) == "config key 'agent.huber_delta' = nan is out of range; valid: > 0"
 
 
 def test_min_size_above_capacity_is_rejected():

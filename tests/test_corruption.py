@@ -7,7 +7,7 @@ compact``, ``evaluate`` and ``train --resume`` either exit 2 with one
 ``error:`` line naming the damage, or recover safely, and nothing outside
 the store changes (for an error: nothing at all changes).
 
-One tiny training run (local executor, 2,048 env steps, about 30 s) is made
+One tiny training run (local executor, 1,536 env steps, about 10 s) is made
 once per module and copied per case. Most CLI runs call ``main()`` in
 process (fast); ``test_real_subprocesses_*`` check exit status and stderr of
 real processes.
@@ -24,8 +24,10 @@ import pytest
 
 from core.config import load_config
 
-TINY = ["executor=local", "total_env_steps=2048", "replay.min_size=256", "eval.every_env_steps=1024",
-        "checkpoint.every_steps=50", "actors.broadcast_period=50", "replay.shard_max_rows=512"]
+#: Three 512-row blocks (2 actors x 8 envs x 32 steps): log entries 1-3, one shard each.
+TINY = ["executor=local", "total_env_steps=1536", "actors.num_actors=2", "replay.min_size=256",
+        "eval.every_env_steps=1024", "checkpoint.every_steps=50", "actors.broadcast_period=50",
+        "replay.shard_max_rows=512"]
 ENTRY2 = "replay/log/00000000000000000002.json"
 
 
@@ -78,6 +80,26 @@ def delete_checkpoint_chunk(run):
             " chunk 'c/0/0'")
 
 
+def _flip_byte(path):
+    """Invert one byte in the middle of ``path`` (a chunk: zstd data, before its crc32c trailer)."""
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        data[len(data) // 2] ^= 0xFF
+        f.seek(0)
+        f.write(data)
+
+
+def flip_replay_chunk(run):
+    _flip_byte(os.path.join(run, "replay/shards/s00000001/observation/c/0/0"))
+    return "checksum error in replay shard 's00000001', array 'observation', chunk 'c/0/0'"
+
+
+def flip_checkpoint_chunk(run):
+    step = latest_step(run)
+    _flip_byte(os.path.join(run, f"checkpoints/step_{step:08d}/learner/params/dense_0.kernel/c/0/0"))
+    return f"checksum/decode failure in step {step}, variable 'learner/params/dense_0.kernel', chunk 'c/0/0'"
+
+
 def log_gap(run):
     os.remove(os.path.join(run, ENTRY2))
     return "commit log is damaged at version 2: entry 2 is missing while later entries exist (up to 3)"
@@ -116,6 +138,8 @@ def stray_entries(run):
 
 DAMAGES = {"replay_chunk": delete_replay_chunk, "checkpoint_chunk": delete_checkpoint_chunk, "log_gap": log_gap,
            "empty_entry": empty_entry, "traversal_id": traversal_id, "stray": stray_entries}
+#: Damages only ``--resume`` is tested on here (readers of checksum errors have their own tests).
+RESUME_DAMAGES = {**DAMAGES, "checkpoint_flip": flip_checkpoint_chunk, "replay_flip": flip_replay_chunk}
 #: Which command each damage stops (exit 2); the others must succeed (the damage is not theirs).
 STOPS = {"replay_chunk": {"stats", "compact"}, "checkpoint_chunk": {"evaluate"},
          "log_gap": {"stats", "compact"}, "empty_entry": {"stats", "compact"},
@@ -257,17 +281,19 @@ def _resume(run, capsys):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("damage", ["checkpoint_chunk", "log_gap", "empty_entry", "traversal_id"])
+@pytest.mark.parametrize("damage", ["checkpoint_chunk", "checkpoint_flip", "log_gap", "empty_entry",
+                                    "traversal_id"])
 def test_resume_on_damage_exits_2_without_touching_the_store(damage, run, capsys):
-    words = DAMAGES[damage](run)
+    """A failing resume writes nothing: not config.json (--set changed it), not the lock (gone after exit)."""
+    words = RESUME_DAMAGES[damage](run)
     before = tree(run)
     rc, err = _resume(run, capsys)
     assert rc == 2, err
-    assert [ln for ln in err.splitlines() if ln.startswith("error:")][0].startswith(f"error: {words}")
-    after = tree(run)
-    # TODO(issue 13 items 6-7, driver): resume rewrites config.json before it opens the store.
-    changed = {k for k in set(before) | set(after) if before.get(k, 0) != after.get(k, 0)}
-    assert changed <= {"config.json"}, sorted(changed)
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {words}"), err
+    assert "Traceback" not in err
+    assert tree(run) == before                        # byte for byte; run.lock is not in it
+    assert not os.path.exists(os.path.join(run, "run.lock"))
     if damage == "traversal_id":
         assert os.listdir(os.path.join(run, "victim")) == ["precious.txt"]
 
@@ -280,6 +306,43 @@ def test_resume_with_a_missing_replay_chunk_quarantines_and_trains_on(run, capsy
     assert rc == 0, err
     state = ReplayStore.open(os.path.join(run, "replay")).state()
     assert "missing chunk" in state.quarantined["s00000001"] and "s00000001" not in state.live
+
+
+def _outside(run, tiny_run):
+    """Everything a resume of ``run`` must leave alone: its tmp_path siblings and the module's pristine run."""
+    siblings = {k: v for k, v in tree(os.path.dirname(run)).items() if not k.startswith("run/")}
+    return siblings, tree(tiny_run)
+
+
+@pytest.mark.timeout(300)
+def test_resume_with_a_flipped_replay_byte_quarantines_and_trains_to_completion(run, tiny_run):
+    """A flipped byte in a committed shard's chunk during resume: the established checksum handling.
+
+    ``--resume`` (a real process) quarantines the shard naming the chunk, trains on to the new
+    ``total_env_steps`` and exits 0; it never hangs (the timeout) and writes nothing outside the run dir.
+    """
+    from core.replay import ReplayStore
+    words = flip_replay_chunk(run)
+    store = ReplayStore.open(os.path.join(run, "replay"))
+    old = store.state()
+    lost = {s.id: s.rows for s in store.snapshot().shards}["s00000001"]
+    outside = _outside(run, tiny_run)
+    proc = _python("-m", "pipelines.train", "--resume", run, "--executor", "local", "--no-progress",
+                   "--set", "total_env_steps=2560")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and not _error_lines(proc.stderr)
+    assert f"skipping replay shard 's00000001': {words}" in proc.stderr
+    state = ReplayStore.open(os.path.join(run, "replay")).state()
+    assert list(state.quarantined) == ["s00000001"] and state.quarantined["s00000001"].startswith(words)
+    assert "s00000001" not in state.live and set(old.live) - {"s00000001"} <= set(state.live)
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["env_steps"] == 2560 == old.rows + 2 * 512          # two new 512-row blocks, s3 and s4
+    assert state.rows == 2560 - lost and sorted(state.live) == ["s00000000", "s00000002", "s00000003",
+                                                                "s00000004"]
+    assert proc.stderr.count("skipping replay shard") == 1              # quarantined once, not per refresh
+    assert json.load(open(os.path.join(run, "config.json")))["total_env_steps"] == 2560
+    assert _outside(run, tiny_run) == outside
+    assert not os.path.exists(os.path.join(run, "run.lock"))
 
 
 # -- real processes: exit status and the one stderr line ------------------------------------------

@@ -23,4 +23,5 @@ RANGES = {
     "hidden": (lambda v: len(v) >= 1 and all(h >= 1 for h in v), "non-empty list of widths >= 1"),
     "n_step": (lambda v: v >= 1, ">= 1"),
     "gamma": (lambda v: 0.0 <= v <= 1.0, "0..1"),
+    "max_grad_norm": (lambda v: v > 0.0, "> 0"),   # Adam's global_clipnorm: 0 would zero every gradient
 }

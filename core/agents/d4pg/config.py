@@ -7,6 +7,7 @@ control tasks: 51 atoms, n = 5, Adam 1e-4 / 1e-4 there; here 3e-4 for a
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import List, Literal
 
 
@@ -44,6 +45,8 @@ RANGES = {
     "gamma": (lambda v: 0.0 <= v <= 1.0, "0..1"),
     "n_step": (lambda v: 1 <= v <= 100, "1..100"),
     "num_atoms": (lambda v: v >= 2, ">= 2"),
+    "v_min": (lambda v: math.isfinite(v), "a finite number (and v_min < v_max)"),
+    "v_max": (lambda v: math.isfinite(v), "a finite number (and v_min < v_max)"),
     "policy_learning_rate": (lambda v: 0.0 < v < 1.0, "0 < lr < 1"),
     "critic_learning_rate": (lambda v: 0.0 < v < 1.0, "0 < lr < 1"),
     "batch_size": (lambda v: v >= 1, ">= 1"),

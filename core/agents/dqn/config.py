@@ -36,6 +36,8 @@ RANGES = {
     "learning_rate": (lambda v: 0.0 < v < 1.0, "0 < lr < 1"),
     "batch_size": (lambda v: v >= 1, ">= 1"),
     "target_update_period": (lambda v: v >= 1, ">= 1"),
+    "huber_delta": (lambda v: v > 0.0, "> 0"),     # 0 makes the loss (and every gradient) zero
+    "max_grad_norm": (lambda v: v > 0.0, "> 0"),   # Adam's global_clipnorm: 0 would zero every gradient
     "hidden": (lambda v: len(v) >= 1 and all(h >= 1 for h in v), "non-empty list of widths >= 1"),
     "epsilon.start": (lambda v: 0.0 <= v <= 1.0, "0..1"),
     "epsilon.end": (lambda v: 0.0 <= v <= 1.0, "0..1"),
