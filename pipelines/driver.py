@@ -103,7 +103,11 @@ class Trainer:
             self._write_config(fs, path)
         self.spec = env_spec(cfg.env.id)
         self.store_url = urls.join(self.run_dir, "replay")
-        self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
+        if self.resume:   # a run's store exists from its first step: a lost one is an error, not a fresh start
+            self.store = ReplayStore.open(self.store_url, **cfg.replay.writer_options())
+        else:
+            self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id,
+                                                    **cfg.replay.writer_options())
         dask_engine = ({"engine": "dask", "dask_client": self.executor.client}
                        if cfg.checkpoint.engine == "dask" else {})    # validated: executor is dask
         self.ckpt = Checkpointer(urls.join(self.run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,

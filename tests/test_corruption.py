@@ -138,8 +138,15 @@ def stray_entries(run):
 
 DAMAGES = {"replay_chunk": delete_replay_chunk, "checkpoint_chunk": delete_checkpoint_chunk, "log_gap": log_gap,
            "empty_entry": empty_entry, "traversal_id": traversal_id, "stray": stray_entries}
+def delete_store(run):
+    """The whole replay store is gone (a wrong mount, an rm): resume must not start an empty one."""
+    shutil.rmtree(os.path.join(run, "replay"))
+    return f"{os.path.join(run, 'replay')} is not a DataBloom replay store"
+
+
 #: Damages only ``--resume`` is tested on here (readers of checksum errors have their own tests).
-RESUME_DAMAGES = {**DAMAGES, "checkpoint_flip": flip_checkpoint_chunk, "replay_flip": flip_replay_chunk}
+RESUME_DAMAGES = {**DAMAGES, "checkpoint_flip": flip_checkpoint_chunk, "replay_flip": flip_replay_chunk,
+                  "lost_store": delete_store}
 #: Which command each damage stops (exit 2); the others must succeed (the damage is not theirs).
 STOPS = {"replay_chunk": {"stats", "compact"}, "checkpoint_chunk": {"evaluate"},
          "log_gap": {"stats", "compact"}, "empty_entry": {"stats", "compact"},
@@ -282,7 +289,7 @@ def _resume(run, capsys):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("damage", ["checkpoint_chunk", "checkpoint_flip", "log_gap", "empty_entry",
-                                    "traversal_id"])
+                                    "traversal_id", "lost_store"])
 def test_resume_on_damage_exits_2_without_touching_the_store(damage, run, capsys):
     """A failing resume writes nothing: not config.json (--set changed it), not the lock (gone after exit)."""
     words = RESUME_DAMAGES[damage](run)
