@@ -118,6 +118,31 @@ class DaskExecutor:
         return list(self._pids)
 
     def close(self) -> None:
+        if self._cluster is not None:
+            self._quiet_workers()
         self.client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+    def _quiet_workers(self, timeout_s: float = 5.0) -> None:
+        """Silence our own workers' logs before stopping them.
+
+        Stopping a LocalCluster mid-run (Ctrl-C, an error) cuts transfers between
+        workers, and the worker still reading logs a ``CommClosedError`` traceback:
+        noise at shutdown, not news (task errors reach the driver as exceptions).
+        Bounded, so an unresponsive worker cannot hold up the close.
+        """
+        import concurrent.futures
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        try:
+            pool.submit(self.client.run, _silence_distributed_logs, on_error="ignore").result(timeout=timeout_s)
+        except Exception:   # a worker already gone, or too slow: close anyway
+            pass
+        finally:
+            pool.shutdown(wait=False)
+
+
+def _silence_distributed_logs() -> None:
+    """On a worker: only CRITICAL records from distributed's loggers (see ``DaskExecutor._quiet_workers``)."""
+    for name in ["distributed", *[n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
