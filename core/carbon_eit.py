@@ -375,7 +375,11 @@ def _at_most_host(energy: float, parts: Dict[str, float], coverage: Dict[str, ob
     if not coverage["capped_at_host"]:
         return energy, parts
     scale = host / energy
-    return host, {k: v * scale for k, v in parts.items()}
+    capped = {k: v * scale for k, v in parts.items()}
+    # The largest part takes the rounding remainder, so the parts sum to the host's energy exactly.
+    top = max(capped, key=capped.get)
+    capped[top] = host - sum(v for k, v in capped.items() if k != top)
+    return host, capped
 
 
 def _coverage(samples, info, totals) -> Dict[str, object]:
