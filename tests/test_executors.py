@@ -141,3 +141,19 @@ def test_dask_workers_can_write_the_checkpoints(tmp_path):
     assert_complete_run_dir(str(run_dir), summary)                 # the latest checkpoint restores
     with pytest.raises(config_lib.ConfigError, match="checkpoint.engine 'dask' needs executor 'dask'"):
         config_lib.validate(small_config("local", checkpoint={"engine": "dask"}))
+
+
+def test_dask_wait_counts_a_cancelled_future_as_done():
+    """distributed.wait raises FuturesCancelledError for a cancelled input ("lost dependencies" after a
+    worker was killed); the executor's wait must hand it back as done so the driver resubmits the work."""
+    import time
+    from pipelines.executors.dask import DaskExecutor
+    executor = DaskExecutor(n_workers=1)
+    try:
+        slow = executor.submit(time.sleep, 30, key="slow")
+        cancelled = executor.submit(time.sleep, 30, key="cancelled")
+        cancelled.cancel()
+        done = executor.wait([slow, cancelled], timeout=5)
+        assert done == [cancelled] and cancelled.cancelled() and not slow.done()
+    finally:
+        executor.close()

@@ -78,12 +78,19 @@ class DaskExecutor:
                                   retries=self.retries, pure=False, **kwargs)
 
     def wait(self, futures: Sequence[Any], timeout: float | None = None) -> List[Any]:
+        """The futures that are done (finished, failed or cancelled) after at most ``timeout`` s.
+
+        A future Dask cancelled counts as done, not as an error here: a killed
+        worker can take a task's inputs with it ("lost dependencies"), and the
+        driver resubmits that work when it reads the future (``Trainer._resubmit_lost``).
+        """
+        import concurrent.futures
         from distributed import wait
         if not futures:
             return []
         try:
             wait(list(futures), timeout=timeout, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except (TimeoutError, concurrent.futures.CancelledError):
             pass
         return [f for f in futures if f.done()]
 
