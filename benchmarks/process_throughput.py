@@ -73,7 +73,8 @@ def main() -> None:
     p.add_argument("--dir", default=None, help="scratch folder (default: a temp dir, deleted)")
     p.add_argument("--json", default=None, help="write results as JSON here")
     args = p.parse_args()
-    from core.dataset import compact, engines, stats
+    from core.dataset import compact, stats
+    from pipelines.executors import make_pass_executor
     from core.replay import ReplayStore
     root = args.dir or tempfile.mkdtemp(prefix="process-bench-")
     base = os.path.join(root, "base")
@@ -82,7 +83,7 @@ def main() -> None:
     print(f"store: {rows:,} steps in {rows // args.shard_rows} shards, built in {build_s:.1f} s")
     results = []
     for kind in args.engines.split(","):
-        engine = engines.make_engine(kind, shlex.split(args.beam_args) if kind == "beam" else None)
+        engine = make_pass_executor(kind, shlex.split(args.beam_args) if kind == "beam" else None)
         try:
             t0 = time.perf_counter()
             s = stats.compute_stats(engine, base)

@@ -128,7 +128,9 @@ def stats_plot_path(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
-    from core.dataset import compact, engines, export, relabel, shards, stats
+    import contextlib
+
+    from core.dataset import compact, export, relabel, shards, stats
     from core.dataset import filter as filter_lib
     from core.dataset.errors import DatasetError
     if args.command == "export":  # before any engine starts: bad format, or rlds without its extra
@@ -142,7 +144,8 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
     check_dask_address(args.dask_address, "--dask-address")   # a typo: one line, before any engine
     # A bad, empty, damaged-log or lost-chunk store fails here, in one line, before an engine starts.
     shards.verify_snapshot(*shards.open_snapshot(args.store, args.version))
-    with engines.make_engine(args.executor, pipeline_args, args.dask_address) as engine:
+    from pipelines.executors import make_pass_executor
+    with contextlib.closing(make_pass_executor(args.executor, pipeline_args, args.dask_address)) as engine:
         if args.command == "stats":
             result = stats.compute_stats(engine, args.store, args.version, bins=args.bins)
         elif args.command == "filter":

@@ -10,8 +10,10 @@ import json
 import numpy as np
 import pytest
 
+from pipelines.executors import make_pass_executor  # noqa: E402
+from pipelines.executors.local import LocalExecutor  # noqa: E402
 from core import config as config_lib
-from core.dataset import engines, stats
+from core.dataset import stats
 from core.replay import ReplayStore
 
 pytestmark = pytest.mark.slow
@@ -42,7 +44,7 @@ def expert_store(solved_run, tmp_path_factory):
 def test_collect_writes_complete_episodes_in_one_commit(expert_store):
     store = ReplayStore.open(expert_store)
     assert store.latest_version() == 1 and store.log.entry(1)["meta"]["op"] == "collect"
-    s = stats.compute_stats(engines.LocalEngine(), expert_store)
+    s = stats.compute_stats(LocalExecutor(), expert_store)
     assert s["episodes"] >= 60 and s["incomplete_episodes"] == 0
     assert s["transitions"] == s["rows"] - s["episodes"]
     assert s["return"]["max"] == 500 and s["return"]["min"] < 500  # solved policy + exploration
@@ -109,7 +111,7 @@ def test_collected_dataset_loads_with_tfds_arrow_and_xarray(solved_run, expert_s
     import xarray as xr
     import zarr
     from core.dataset import export
-    local = engines.LocalEngine()
+    local = LocalExecutor()
     s = stats.compute_stats(local, expert_store)
     snap = ReplayStore.open(expert_store).snapshot()
     rows = {n: snap.field(n).compute(scheduler="sync") for n in ("episode_id", "step", "observation", "action",

@@ -2,6 +2,7 @@
 xarray (replay shards and checkpoints). Every value is compared with what the store holds."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -12,13 +13,15 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "replay"))
 from replay_fakes import random_batch  # noqa: E402
 
-from core.dataset import engines, export, parquet  # noqa: E402
+from pipelines.executors import make_pass_executor  # noqa: E402
+from pipelines.executors.local import LocalExecutor  # noqa: E402
+from core.dataset import export, parquet  # noqa: E402
 from core.dataset.errors import DatasetError  # noqa: E402
 from core.replay import ReplayStore  # noqa: E402
 from core.trajectory import TrajectoryBatch  # noqa: E402
 from pipelines import process  # noqa: E402
 
-LOCAL = engines.LocalEngine()
+LOCAL = LocalExecutor()
 STEP_FIELDS = ("observation", "action", "reward", "discount")
 
 
@@ -147,7 +150,7 @@ def test_parquet_loads_with_pyarrow_pandas_dask(store_url, tmp_path):
 # -- engines agree --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def dask_engine():
-    with engines.make_engine("dask", n_workers=2) as e:
+    with contextlib.closing(make_pass_executor("dask", n_workers=2)) as e:
         yield e
 
 
@@ -159,7 +162,7 @@ def _files(folder):
 def test_beam_and_dask_write_identical_files(fmt, store_url, tmp_path, dask_engine):
     if fmt == "rlds":
         pytest.importorskip("tensorflow_datasets")
-    with engines.make_engine("beam") as beam:
+    with contextlib.closing(make_pass_executor("beam")) as beam:
         results = {name: export.export_store(engine, store_url, fmt, str(tmp_path / name))
                    for name, engine in (("beam", beam), ("dask", dask_engine))}
     assert {k: v for k, v in results["beam"].items() if k != "out"} == \

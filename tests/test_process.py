@@ -1,6 +1,7 @@
 """Offline dataset processing (core.dataset, pipelines.process): exact values, engines agree, bad input."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -11,9 +12,11 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "replay"))
 from replay_fakes import random_batch  # noqa: E402
 
-from core.dataset import compact, engines, episodes, export, relabel, stats  # noqa: E402
+from pipelines.executors import make_pass_executor  # noqa: E402
+from pipelines.executors.local import LocalExecutor  # noqa: E402
+from core.dataset import compact, episodes, export, relabel, stats  # noqa: E402
 from core.dataset import filter as filter_lib  # noqa: E402
-from core.dataset.shards import make_batch  # noqa: E402
+from core.dataset.shards import check_reachable, make_batch  # noqa: E402
 from core.replay import NStepSampler, ReplayCache, ReplayStore  # noqa: E402
 from pipelines import process  # noqa: E402
 
@@ -57,7 +60,7 @@ def random_store(tmp_path):
     return url
 
 
-LOCAL = engines.LocalEngine()
+LOCAL = LocalExecutor()
 
 
 def test_stats_exact_values(hand_store):
@@ -167,12 +170,12 @@ def test_export_parquet_and_rlds(hand_store, tmp_path):
 
 @pytest.fixture(scope="module")
 def dask_engine():
-    with engines.make_engine("dask", n_workers=2) as e:
+    with contextlib.closing(make_pass_executor("dask", n_workers=2)) as e:
         yield e
 
 
 def test_beam_and_dask_give_identical_results(random_store, tmp_path, dask_engine):
-    with engines.make_engine("beam") as beam:
+    with contextlib.closing(make_pass_executor("beam")) as beam:
         results = {}
         for name, engine in (("beam", beam), ("dask", dask_engine)):
             s = stats.compute_stats(engine, random_store)
@@ -196,7 +199,7 @@ def test_relabel_and_compact_identical_on_beam_and_dask(tmp_path, dask_engine):
         url = str(tmp_path / name)
         store = ReplayStore.open_or_create(url, env_id="CartPole-v1")
         store.commit([store.write_shard(f"s{i}", [random_batch(i, T=40, E=2)]).id for i in range(4)])
-        engine = engines.make_engine("beam") if name == "beam" else dask_engine
+        engine = make_pass_executor("beam") if name == "beam" else dask_engine
         relabel.relabel_store(engine, url, 3, 0.99)
         compact.compact_store(engine, url, target_bytes=1 << 30)
         snap = store.snapshot()
@@ -246,7 +249,7 @@ def test_export_to_existing_path_is_refused(hand_store, tmp_path, capsys):
 
 def test_dask_rejects_memory_store(dask_engine):
     with pytest.raises(Exception, match="memory://"):
-        engines.check_reachable(dask_engine, "memory://x/y")
+        check_reachable(dask_engine, "memory://x/y")
 
 
 def test_cli_filter_compact_relabel_export_on_memory_store(capsys, tmp_path):

@@ -3,8 +3,9 @@
 Every operation is a short *plan* of passes; a pass maps a plain per-shard
 function over the live shards of one snapshot and reduces the per-shard
 results with a plain, order-independent function (results are sorted by
-shard index before reducing). Engines (``engines``) only schedule passes, so
-Beam, Dask and the in-process engine give identical results.
+shard index before reducing). The training executors (:mod:`pipelines.executors`,
+their ``map_reduce``) only schedule passes, so Beam, Dask and the in-process
+executor give identical results; every function here takes one as ``engine``.
 
 One concept per module:
 
@@ -19,12 +20,13 @@ One concept per module:
 * ``export``   the export plan (episodes per owning shard) and the checked summary
 * ``rlds``     RLDS episodes as a TFDS dataset (tensorflow-datasets' writer)
 * ``parquet``  one Arrow/Parquet dataset, FixedSizeList columns, schema metadata
-* ``engines``  local / Dask / Beam adapters: map a function, reduce results
 
 Example::
 
-    from core.dataset import engines, stats
-    with engines.make_engine("dask") as engine:
+    import contextlib
+    from core.dataset import stats
+    from pipelines.executors import make_pass_executor
+    with contextlib.closing(make_pass_executor("dask")) as engine:
         summary = stats.compute_stats(engine, "runs/a/replay")
     summary["episodes"], summary["return"]["mean"]
 """

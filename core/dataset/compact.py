@@ -66,9 +66,8 @@ def _collect(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def compact_store(engine, store_url: str, target_bytes: int = DEFAULT_TARGET_BYTES,
                   version: Optional[int] = None) -> Dict[str, Any]:
     """Merge small shards of ``store_url`` (snapshot ``version``, default latest); one log entry."""
-    from core.dataset import engines as engines_lib
     store, snap = shards.open_snapshot(store_url, version)
-    engines_lib.check_reachable(engine, store.url)
+    shards.check_reachable(engine, store.url)
     groups = plan_groups(snap, target_bytes)
     items = shards.shard_items(store, snap)
     work = [{"store_url": store.url, "index": g, "new_id": f"c{snap.version:08d}-g{g:04d}",

@@ -36,7 +36,6 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from core import urls
-from core.dataset import engines as engines_lib
 from core.dataset import episodes, shards
 from core.dataset.errors import DatasetError
 
@@ -190,7 +189,7 @@ def export_store(engine, store_url: str, fmt: str, out: str, version: Optional[i
     from core.dataset import parquet, rlds
     store, snap = shards.open_snapshot(store_url, version)
     out = urls.normalize(out)
-    engines_lib.check_reachable(engine, store.url, out)
+    shards.check_reachable(engine, store.url, out)
     if fmt == "rlds":
         rlds.check_target(out)
     fs, out_path, staging_path, staging = _staging(out)

@@ -25,7 +25,6 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from core import urls
-from core.dataset import engines as engines_lib
 from core.dataset import episodes, shards
 from core.dataset.errors import DatasetError
 
@@ -74,7 +73,7 @@ def filter_store(engine, store_url: str, out_url: str, min_return: float,
     from core.replay import ReplayStore
     store, snap = shards.open_snapshot(store_url, version)
     out_url = urls.normalize(out_url)
-    engines_lib.check_reachable(engine, store.url, out_url)
+    shards.check_reachable(engine, store.url, out_url)
     if out_url == store.url:
         raise DatasetError(f"--out {out_url} is the source store; valid: a new, absent or empty folder")
     fs, path = urls.resolve(out_url)

@@ -166,11 +166,10 @@ def _collect(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def relabel_store(engine, store_url: str, n_step: int, discount: float,
                   version: Optional[int] = None) -> Dict[str, Any]:
     """Add the n-step columns to every live shard of ``store_url``; one replace entry."""
-    from core.dataset import engines as engines_lib
     if n_step < 1 or not 0.0 <= discount <= 1.0:
         raise DatasetError(f"--n-step {n_step} --discount {discount} invalid; valid: n-step >= 1, 0 <= discount <= 1")
     store, snap = shards.open_snapshot(store_url, version)
-    engines_lib.check_reachable(engine, store.url)
+    shards.check_reachable(engine, store.url)
     items = shards.shard_items(store, snap)
     look = engine.map_reduce("relabel-heads", functools.partial(shard_heads, n=n_step), items,
                              functools.partial(lookahead, n=n_step))

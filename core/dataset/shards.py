@@ -137,3 +137,16 @@ def batches_attrs(batches: List[TrajectoryBatch], **more: Any) -> Dict[str, Any]
 
 def same_fields(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
     return a.get("fields") == b.get("fields")
+
+
+def check_reachable(engine, *urls_: str) -> None:
+    """memory:// lives in one process: reject it for executors whose workers are other processes.
+
+    ``engine`` is a :mod:`pipelines.executors` executor (its ``in_process`` and ``name``).
+    """
+    from core import urls
+    for url in urls_:
+        if url and urls.scheme_of(url) == "memory" and not engine.in_process:
+            raise DatasetError(f"{url!r} is a memory:// store, visible only in this process; valid with"
+                               " --executor local or beam (in-process DirectRunner), or use a path/URL the"
+                               f" {engine.name} workers can reach")

@@ -13,7 +13,7 @@ Definitions (see ``episodes`` for complete episodes)::
 
 Example::
 
-    with make_engine("beam") as engine:
+    with contextlib.closing(make_pass_executor("beam")) as engine:   # pipelines.executors
         s = compute_stats(engine, "runs/a/replay")
     plot_returns(s, "returns.png")
 """

@@ -1,14 +1,37 @@
 """Thin executors: they schedule stage functions and hold no algorithm logic.
 
-Every executor offers the same five calls, used by :mod:`pipelines.driver`::
+One protocol serves training (:mod:`pipelines.driver`) and dataset passes
+(:mod:`pipelines.process`, :mod:`core.dataset`)::
 
     ex.broadcast(payload) -> ref      # send once, pass ref to many tasks
     ex.submit(fn, *args, key=..., actor=None) -> future   # .done(), .result()
     ex.wait(futures, timeout) -> list of done futures
+    ex.map_reduce(label, fn, items, reduce) -> JSON-able result   # one dataset pass
     ex.workers() -> dict of per-worker info
     ex.close()
+
+``map_reduce`` holds no dataset logic: ``fn`` and ``reduce`` are plain
+module-level functions of :mod:`core.dataset`, and ``reduce`` sorts its
+inputs, so a pass's result does not depend on the executor or on the order
+results arrived. Every executor returns it after a JSON round trip, so even
+the Python types agree across executors (a test checks this).
+
+Executors: ``local`` (this process, in order; deterministic), ``dask``
+(:mod:`.dask`: an embedded LocalCluster or an existing scheduler), ``beam``
+(:mod:`.beam`: dataset passes as one pipeline each; training on Beam runs as
+rounds, :mod:`pipelines.rounds`).
 """
 from __future__ import annotations
+
+import json
+from typing import Any, List, Optional
+
+EXECUTORS = ("beam", "dask", "local")
+
+
+def json_round_trip(value: Any) -> Any:
+    """``value`` as JSON would return it (tuples become lists, numpy scalars are refused)."""
+    return json.loads(json.dumps(value))
 
 
 def make_executor(kind: str, cfg):
@@ -22,6 +45,28 @@ def make_executor(kind: str, cfg):
                             threads_per_worker=cfg.dask.threads_per_worker,
                             retries=cfg.dask.task_retries, thread_env=_thread_env(cfg))
     raise ValueError(f"unknown executor {kind!r}; valid: local, dask")
+
+
+def make_pass_executor(kind: str, pipeline_args: Optional[List[str]] = None, dask_address: Optional[str] = None,
+                       n_workers: int = 0):
+    """An executor for dataset passes by name; DatasetError (one line) for unknown names or misplaced Beam options.
+
+    Close it when done (``contextlib.closing``).
+    """
+    from core.dataset.errors import DatasetError
+    if kind not in EXECUTORS:
+        raise DatasetError(f"unknown executor {kind!r}; valid: {', '.join(EXECUTORS)}")
+    if pipeline_args and kind != "beam":
+        raise DatasetError(f"unrecognized arguments: {' '.join(pipeline_args)} (Beam pipeline options pass"
+                           " through only with --executor beam)")
+    if kind == "beam":
+        from pipelines.executors.beam import BeamExecutor
+        return BeamExecutor(pipeline_args)
+    if kind == "dask":
+        from pipelines.executors.dask import DaskExecutor
+        return DaskExecutor(address=dask_address, n_workers=n_workers, retries=2)
+    from pipelines.executors.local import LocalExecutor
+    return LocalExecutor()
 
 
 def run_with_executor(trainer_cls, cfg, run_dir: str, progress: bool = True, resume: bool = False) -> dict:

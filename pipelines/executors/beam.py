@@ -18,6 +18,12 @@ It only decides *where* a pipeline runs:
   ``--extra_packages`` or ``--requirements_file`` is given, ``--setup_file``
   defaults to this checkout's ``setup.py`` (the one addition we make).
 
+Dataset passes (:mod:`core.dataset`) run through :class:`BeamExecutor`'s
+``map_reduce``: one pipeline per pass, ``Create | Reshuffle | Map | ToList |
+reduce | write JSON``; the launcher reads the JSON, so nothing relies on the
+launcher's memory. Its options pass through untouched (default: the
+DirectRunner, in-process).
+
 Example::
 
     options = pipeline_options(["--runner", "DataflowRunner", ...], "gs://b/run")
@@ -27,7 +33,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Optional, Sequence
+import tempfile
+import uuid
+from typing import Any, Callable, List, Optional, Sequence
 
 #: Runners that execute on this machine (a local run directory is fine for them).
 LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner")
@@ -89,3 +97,64 @@ def run_pipeline(build: Callable, options) -> None:
     logging.getLogger("apache_beam").setLevel(logging.ERROR)   # worker start-up chatter, per round
     with beam.Pipeline(options=options) as pipeline:
         build(pipeline)
+
+
+def _reduce_and_write(results: List[Any], reduce: Callable, url: str) -> None:
+    import json
+
+    import fsspec
+    with fsspec.open(url, "w") as f:
+        json.dump(reduce(results), f)
+
+
+class BeamExecutor:
+    """Dataset passes as Beam pipelines (the executor protocol's ``map_reduce`` and ``close``).
+
+    Pass results travel through ``--temp_location`` (a URL the workers and
+    this process both reach; a temporary folder here for a local runner).
+    """
+
+    name = "beam"
+
+    def __init__(self, pipeline_args: Optional[Sequence[str]] = None):
+        from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions
+        from core.dataset.errors import DatasetError
+        self.options = PipelineOptions(list(pipeline_args or []))
+        # The plain DirectRunner runs passes in this process (memory:// stores are visible to them).
+        self.in_process = (runner_name(list(pipeline_args or [])) in ("DirectRunner", "direct")
+                           and self.options.view_as(DirectOptions).direct_running_mode != "multi_processing")
+        self.temp = self.options.view_as(GoogleCloudOptions).temp_location
+        self._local_temp = None
+        if not self.temp:
+            if not is_local_runner(list(pipeline_args or [])):
+                raise DatasetError(f"Beam runner {runner_name(list(pipeline_args or []))} needs --temp_location (a URL"
+                                   " its workers and this process can both reach, e.g. gs://bucket/tmp) for pass results")
+            self._local_temp = tempfile.mkdtemp(prefix="databloom-beam-")
+            self.temp = self._local_temp
+
+    def map_reduce(self, label: str, fn: Callable, items: Sequence[Any], reduce: Callable) -> Any:
+        """One pass: ``fn`` per item on the workers, ``reduce`` once, its JSON read back here."""
+        import json
+
+        import apache_beam as beam
+        import fsspec
+        from pipelines.executors import json_round_trip
+        url = f"{self.temp.rstrip('/')}/{label}-{uuid.uuid4().hex}.json"
+        with beam.Pipeline(options=self.options) as p:
+            _ = (p
+                 | "CreateItems" >> beam.Create(list(items))
+                 | "Reshuffle" >> beam.Reshuffle()  # to prevent fusion: spread shards over workers
+                 | f"Map-{label}" >> beam.Map(fn)
+                 | "Gather" >> beam.combiners.ToList()
+                 | "ReduceAndWrite" >> beam.Map(_reduce_and_write, reduce, url))
+        fs, path = fsspec.core.url_to_fs(url)
+        try:
+            with fs.open(path) as f:
+                return json_round_trip(json.load(f))
+        finally:
+            fs.rm(path)
+
+    def close(self) -> None:
+        if self._local_temp:
+            import shutil
+            shutil.rmtree(self._local_temp, ignore_errors=True)

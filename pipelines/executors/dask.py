@@ -8,6 +8,8 @@
   and may move if that worker dies.
 * Lost or failed tasks are retried (``retries``); deterministic task keys and
   shard ids make retries harmless.
+* Dataset passes (``map_reduce``) map a function over items as tasks and
+  reduce on a worker.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
@@ -39,7 +42,9 @@ def _workers_ignore_sigint():
 
 
 class DaskExecutor:
+    name = "dask"
     deterministic = False
+    in_process = False
     #: fn -> fn applied to every submitted stage (pipelines.energy sets it: per-process CPU records).
     task_wrapper: Optional[Callable[[Callable], Callable]] = None
 
@@ -93,6 +98,18 @@ class DaskExecutor:
         except (TimeoutError, concurrent.futures.CancelledError):
             pass
         return [f for f in futures if f.done()]
+
+    def map_reduce(self, label: str, fn: Callable, items: Sequence[Any], reduce: Callable) -> Any:
+        """A dataset pass (:mod:`core.dataset`): ``fn`` per item as tasks, then one reduce task.
+
+        Per-item results go worker -> reduce task; only the reduced result reaches this process.
+        """
+        from pipelines.executors import json_round_trip
+        run = uuid.uuid4().hex[:8]
+        futures = self.client.map(fn, list(items), key=[f"{label}-{run}-{i}" for i in range(len(items))],
+                                  pure=False, retries=self.retries)
+        return json_round_trip(self.client.submit(reduce, futures, key=f"{label}-{run}-reduce",
+                                                  pure=False).result())
 
     def _worker_addresses(self) -> List[str]:
         # Refreshed at most every 2 s: one scheduler round trip, not one per task.

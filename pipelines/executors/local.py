@@ -9,9 +9,13 @@ import concurrent.futures
 import os
 from typing import Any, Callable, Dict, List, Sequence
 
+from pipelines.executors import json_round_trip
+
 
 class LocalExecutor:
+    name = "local"
     deterministic = True
+    in_process = True     # memory:// stores are visible to its stages
 
     def broadcast(self, payload: Any) -> Any:
         return payload
@@ -38,6 +42,10 @@ class LocalExecutor:
     def worker_pids(self) -> List[int]:
         """No worker processes: every stage runs in the driver (energy attribution)."""
         return []
+
+    def map_reduce(self, label: str, fn: Callable, items: Sequence[Any], reduce: Callable) -> Any:
+        """A dataset pass (:mod:`core.dataset`): ``reduce([fn(i) for i in items])``, here, in order."""
+        return json_round_trip(reduce([fn(i) for i in items]))
 
     def close(self) -> None:
         pass
