@@ -104,7 +104,9 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
     delay = backoff_s
     last_err: Optional[Exception] = None
     start = time.perf_counter()
-    prof = {"encode": 0.0, "round_trip": 0.0, "env_step": 0.0, "steps": 0}   # seconds summed over steps
+    # Seconds summed over steps; "cpu" is this process's CPU time (all threads: gRPC's too) in them,
+    # "env_cpu" this thread's CPU time stepping the envs (wall time is inflated by other users' load).
+    prof = {"encode": 0.0, "round_trip": 0.0, "env_step": 0.0, "env_cpu": 0.0, "cpu": 0.0, "steps": 0}
     while max_env_steps is None or env_steps < max_env_steps:
         channel = (grpc.secure_channel(address, creds, options=opts) if creds is not None
                    else grpc.insecure_channel(address, options=opts))
@@ -124,7 +126,7 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
             term = np.zeros(e, bool)
             trunc = np.zeros(e, bool)
             while max_env_steps is None or env_steps < max_env_steps:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 session.send({"kind": "step"}, {"observation": obs, "reward": reward.astype(np.float32),
                                                 "terminated": term, "truncated": trunc})
                 t1 = time.perf_counter()
@@ -132,10 +134,13 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
                 t2 = time.perf_counter()
                 if header.get("stop"):
                     return _stats(spec, env_steps, reconnects, episodes, start, stopped=True, profile=prof)
+                e0 = time.thread_time()
                 obs, reward, term, trunc, _ = envs.step(arrays["action"])
+                prof["env_cpu"] += time.thread_time() - e0
                 prof["encode"] += t1 - t0
                 prof["round_trip"] += t2 - t1
                 prof["env_step"] += time.perf_counter() - t2
+                prof["cpu"] += time.process_time() - c0
                 prof["steps"] += 1
                 episodes += int((term | trunc).sum())
                 env_steps += e
@@ -166,7 +171,8 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
 
 def _stats(spec, env_steps: int, reconnects: int, episodes: int, start: float, stopped: bool,
            profile: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
-    """The actor's counters; ``step_ms``: ms per step encoding, waiting for the reply (round trip), stepping."""
+    """The actor's counters; ``step_ms``: ms per step encoding, waiting for the reply (round trip), stepping,
+    the envs' CPU time (``env_cpu``) and the process's CPU time per step (``cpu``)."""
     seconds = time.perf_counter() - start
     n = max((profile or {}).get("steps", 0), 1)
     step_ms = {k: 1e3 * v / n for k, v in (profile or {}).items() if k != "steps"}
