@@ -21,8 +21,8 @@ bidirectional stream. The server
   an actor that reconnects gets a fresh carry (its envs start new episodes)
   and the stale one is dropped (:meth:`recurrent_state`);
 * batches network inputs from all streams with a :class:`DynamicBatcher`
-  (max batch size, and a wait tuned to the measured arrival rate, bounded by
-  ``max_wait_s``) and runs each batch on its own inference thread through an
+  (max batch size and max wait time; with ``adaptive_wait`` the wait is tuned
+  to the measured arrival rate, bounded by ``max_wait_s``) and runs each batch on its own inference thread through an
   :class:`core.inference.runners.InferenceRunner` (today
   :class:`~core.inference.runners.LiteRTRunner`: LiteRT at the payload's
   precision, fp32 or int8, in calls of the measured best size), while the
@@ -124,7 +124,8 @@ class InferenceServer:
       runner: what runs the policy (default: a :class:`LiteRTRunner` of ``payload`` sized to
         ``max_batch_size``); any :class:`InferenceRunner`, e.g. one on an accelerator.
       adaptive_wait: tune each batch's wait to the measured arrival rate (bounded by ``max_wait_s``,
-        :func:`core.inference.batching.adaptive_wait`); False: always wait up to ``max_wait_s``.
+        :func:`core.inference.batching.adaptive_wait`); False (default): every batch waits up to
+        ``max_wait_s`` for more requests (what a caller that asks for cross-actor batches wants).
     """
 
     def __init__(self, address: str, payload, spec, unroll_length: int = 32, selector: str = "categorical",
@@ -133,7 +134,7 @@ class InferenceServer:
                  frame_stack: int = 1, max_message_bytes: int = 16 << 20, max_streams: int = 64,
                  litert_threads: int = 1, first_connection: int = 0, seed: int = 0,
                  token: Optional[str] = None, tls: Optional[tuple] = None,
-                 runner: Optional[InferenceRunner] = None, adaptive_wait: bool = True):
+                 runner: Optional[InferenceRunner] = None, adaptive_wait: bool = False):
         self.address, self.spec, self.unroll_length = address, spec, int(unroll_length)
         self.selector = selector
         self.select = SELECTORS[selector]
