@@ -16,7 +16,11 @@ the Nature CNN on 4 stacked 84x84 frames) and each actor configuration
   loop does not stack frames);
 * ``central``: actor processes only step envs and stream observations to an
   InferenceServer in this process, which batches them (max batch = all envs,
-  max wait ``--max-wait-ms``) and runs the policy at ``--central-precision``.
+  max wait ``--max-wait-ms``) and runs the policy at ``--central-precision``;
+* ``echo``: the transport floor of ``central``: the same env-only actors and
+  gRPC stream, but a server that answers every step with a fixed reply
+  (decodes nothing, infers nothing, assembles nothing). No server-side
+  optimisation can make ``central`` beat it.
 
 Frames are agent steps x frame skip (4 for Atari, 1 for CartPole), the
 definition SEED's paper uses. The machine is shared, so besides frames/s each
@@ -32,6 +36,7 @@ and prints medians and the median of each repeat's central/local ratio.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -45,7 +50,9 @@ import numpy as np
 NETS = {"mlp": ("CartPole-v1", 1, 1), "cnn": ("atari:Pong", 4, 4)}   # env, frame skip, frame stack
 
 
+@functools.lru_cache(maxsize=None)
 def _payload(net: str, precision: str):
+    """The policy at ``precision`` (converted once per run: repeats reuse it)."""
     from core.agents.vtrace.config import VTraceConfig
     from core.agents.vtrace.networks import policy_network
     from core.envs import env_spec
@@ -103,6 +110,63 @@ def _central_actor(endpoint, env_id, num_envs, seconds, actor_id, out):
              result.get("step_ms", {})))
 
 
+class _EchoServer:
+    """The ``echo`` mode's server: the real stream handshake, then a constant ``actions`` reply per step."""
+
+    def __init__(self, address: str, envs: int):
+        from core.inference import protocol
+        self.address, self.envs = address, envs
+        self.connections_opened = self.env_steps = self.requests = 0
+        self._stop = False
+        self._reply = protocol.encode({"kind": "actions", "stop": False}, {"action": np.zeros(envs, np.int64)})
+        self._stop_reply = protocol.encode({"kind": "actions", "stop": True})
+
+    def start(self) -> "_EchoServer":
+        from concurrent import futures
+        import grpc
+        from core.inference import protocol
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        handler = grpc.stream_stream_rpc_method_handler(self._act)
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(protocol.SERVICE,
+                                                                                     {"Act": handler}),))
+        self._server.add_insecure_port(self.address)
+        self._server.start()
+        return self
+
+    def _act(self, requests, context):
+        from core.inference import protocol
+        next(requests)                                      # hello
+        self.connections_opened += 1
+        yield protocol.encode({"kind": "welcome", "connection": self.connections_opened})
+        for _ in requests:
+            if self._stop:
+                yield self._stop_reply
+                return
+            self.requests += 1
+            self.env_steps += self.envs
+            yield self._reply
+
+    def endpoint(self):
+        from core.inference.endpoint import ServerEndpoint
+        return ServerEndpoint(self.address, "echo")
+
+    def drain(self):
+        return []
+
+    def stats(self):
+        return {}
+
+    def request_stop(self):
+        self._stop = True
+
+    def stop(self):
+        self._server.stop(0)
+
+
+def _requests(server) -> int:
+    return server.requests if isinstance(server, _EchoServer) else server.batcher.requests
+
+
 def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms, fixed_wait=False):
     from core.envs import env_spec
     env_id, skip, stack = NETS[net]
@@ -110,14 +174,15 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms, fixed_wa
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     server = None
-    if mode == "central":
+    if mode in ("central", "echo"):
         from core.inference.endpoint import private_unix_socket
         from core.inference.server import InferenceServer
         plan = private_unix_socket()
-        server = InferenceServer(plan.bind, payload, env_spec(env_id),
-                                 unroll_length=32, max_batch_size=actors * envs,
-                                 max_wait_s=max_wait_ms / 1e3, frame_stack=stack,
-                                 adaptive_wait=not fixed_wait).start()
+        server = (_EchoServer(plan.bind, envs).start() if mode == "echo" else
+                  InferenceServer(plan.bind, payload, env_spec(env_id),
+                                  unroll_length=32, max_batch_size=actors * envs,
+                                  max_wait_s=max_wait_ms / 1e3, frame_stack=stack,
+                                  adaptive_wait=not fixed_wait).start())
         procs = [ctx.Process(target=_central_actor, args=(server.endpoint(), env_id, envs, seconds, a, q))
                  for a in range(actors)]
     elif mode == "rollout":
@@ -134,14 +199,14 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms, fixed_wa
             time.sleep(0.05)          # actors build their envs after connecting (16 Pong envs: seconds)
         time.sleep(1.0)               # warm-up
         t0, c0 = time.perf_counter(), time.process_time()
-        s0, r0 = server.env_steps, server.batcher.requests
+        s0, r0 = server.env_steps, _requests(server)
         while time.perf_counter() - t0 < seconds:
             time.sleep(0.2)
             server.drain()            # unrolls are assembled as in training, then dropped
         steps = server.env_steps - s0
         wall = time.perf_counter() - t0
         server_cpu = time.process_time() - c0
-        stats = dict(server.stats(), requests=server.batcher.requests - r0)
+        stats = dict(server.stats(), requests=_requests(server) - r0)
         server.request_stop()
         client = [q.get(timeout=30)[1] for _ in procs]
         for p in procs:
@@ -170,7 +235,7 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms, fixed_wa
             "latency_ms_p90": stats.get("latency_ms_p90"), "latency_ms_p99": stats.get("latency_ms_p99"),
             "server_step_ms": stats.get("step_ms"), "client_step_ms": stats.get("client_step_ms"),
             "queued_ms_mean": stats.get("queued_ms_mean"), "infer_ms_per_batch": stats.get("infer_ms_per_batch"),
-            "rows_per_batch": stats["rows"] / max(stats["batches"], 1) if stats else None}
+            "rows_per_batch": stats["rows"] / max(stats["batches"], 1) if "rows" in stats else None}
 
 
 def breakdown(row) -> str:
@@ -226,7 +291,7 @@ def main(argv=None):
     p.add_argument("--actors", nargs="+", type=int, default=[2])
     p.add_argument("--envs", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     p.add_argument("--modes", nargs="+", default=["per-env", "local", "central"],
-                   choices=["per-env", "local", "rollout", "central"])
+                   choices=["per-env", "local", "rollout", "central", "echo"])
     p.add_argument("--seconds", type=float, default=6.0)
     p.add_argument("--repeats", type=int, default=1, help="run the modes in turn this many times (medians)")
     p.add_argument("--local-precision", default="fp32")
