@@ -241,13 +241,16 @@ def run_point(mode, net, actors, envs, seconds, precision, max_wait_ms, fixed_wa
 def breakdown(row) -> str:
     """Where one central step goes, ms per request (one actor's step of all its envs).
 
-    Client: encode the request, wait for the reply (round trip), step the envs,
-    and the actor process's CPU time per step (all its threads: gRPC's too).
+    Client: send the request (encode + the stream write, which on gRPC's
+    asyncio API may not return before the server has the message), wait for
+    the reply (round trip), step the envs, and the actor process's CPU time
+    per step (all its threads: gRPC's too).
     Server, inside the round trip: decode + validate, step-budget wait, input
     preparation (frame stack, recurrent state), batched inference (queueing for
     a batch + the policy call), action selection + unroll assembly, encode.
-    The rest of the round trip is gRPC and the transport (serialization into
+    The rest of send + round trip is gRPC and the transport (serialization into
     gRPC's buffers, the unix socket, thread hand-offs) plus decoding the reply.
+    Wall times are inflated by other users' load; the CPU line is not.
     The CPU line splits one env step's CPU time into the actor's env step (its
     thread's CPU time), the actor's other CPU (encode, gRPC client threads),
     the policy call's share and the rest of the server process (gRPC server,
@@ -258,13 +261,14 @@ def breakdown(row) -> str:
     infer_share = row["infer_ms_per_batch"] / max(row["rows_per_batch"], 1e-9) * e
     infer_cpu_us = 1e3 * row["infer_cpu_ms_per_batch"] / max(row["rows_per_batch"], 1e-9)
     env_us = 1e3 * c["env_cpu"] / e
-    lines = [f"  client  env step {c['env_step']:.3f}  encode {c['encode']:.3f}  round trip {c['round_trip']:.3f}"
+    lines = [f"  client  env step {c['env_step']:.3f}  send {c['encode']:.3f}  round trip {c['round_trip']:.3f}"
              f"  cpu {c['cpu']:.3f} (envs {c['env_cpu']:.3f})",
              "  server  " + "  ".join(f"{k} {v:.3f}" for k, v in srv.items()) + f"  (handler {handler:.3f})",
              f"  batcher queued {row['queued_ms_mean']:.3f}  policy call {row['infer_ms_per_batch']:.3f}/batch of "
              f"{row['rows_per_batch']:.1f} rows (this request's share {infer_share:.3f})  wait {row['wait_ms']:.3f}"
              f"  gap {row['gap_ms'] or float('nan'):.3f}  chunk {row['chunk_rows']}",
-             f"  grpc + transport + reply decode = round trip - handler = {c['round_trip'] - handler:.3f}",
+             f"  grpc + transport + reply decode = send + round trip - handler = "
+             f"{c['encode'] + c['round_trip'] - handler:.3f}",
              f"  CPU us per env step {row['cpu_us_per_env_step']:.1f} = actor env step {env_us:.1f} + actor rest "
              f"{1e3 * c['cpu'] / e - env_us:.1f} + policy {infer_cpu_us:.1f} + server rest "
              f"{row['server_cpu_us_per_env_step'] - infer_cpu_us:.1f}"]
