@@ -4,8 +4,8 @@ The server (:mod:`core.inference.server`) only ever calls an
 :class:`InferenceRunner`: ``runner(x [B, input_dim] float32) -> [B, output_dim]``,
 ``runner.update(payload)`` and ``runner.version``. Everything about *where*
 the network runs (LiteRT on this CPU today; a TF/JAX runner on an
-accelerator would be one more class here) stays behind it. One thread calls
-a runner (the batcher's), so runners need not be re-entrant.
+accelerator would be one more class here) stays behind it. The batcher
+makes one call at a time (under its lock), so runners need not be re-entrant.
 
 :class:`LiteRTRunner` runs a :class:`core.quantize.PolicyPayload` with LiteRT
 (fp32 or int8) and picks its **rows per call** by measurement, because a

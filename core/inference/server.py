@@ -22,12 +22,14 @@ bidirectional stream. The server
   and the stale one is dropped (:meth:`recurrent_state`);
 * batches network inputs from all streams with a :class:`DynamicBatcher`
   (max batch size and max wait time; with ``adaptive_wait`` the wait is tuned
-  to the measured arrival rate, bounded by ``max_wait_s``) and runs each batch on its own inference thread through an
-  :class:`core.inference.runners.InferenceRunner` (today
-  :class:`~core.inference.runners.LiteRTRunner`: LiteRT at the payload's
-  precision, fp32 or int8, in calls of the measured best size), while the
-  stream threads decode, validate and assemble around it; a recurrent step is
-  batched the same way, its rows being ``[obs, h, c]``;
+  to the measured arrival rate, bounded by ``max_wait_s``) and runs each
+  batch, one at a time, through an :class:`core.inference.runners.InferenceRunner`
+  (today :class:`~core.inference.runners.LiteRTRunner`: LiteRT at the
+  payload's precision, fp32 or int8, in calls of the measured best size) on
+  the batcher's thread, or on the stream thread that finds the policy idle
+  when no wait pays, while the other stream threads decode, validate and
+  assemble around it; a recurrent step is batched the same way, its rows
+  being ``[obs, h, c]``;
 * selects actions with the agent's action selector, with each actor's own
   parameters (``explore``: a dict, or ``actor_id -> dict`` such as R2D2's
   epsilon ladder); ``categorical`` stores the behaviour logits for V-trace,
