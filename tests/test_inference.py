@@ -192,6 +192,40 @@ def test_adaptive_batcher_merges_requests_when_calls_cost_more_than_the_gaps():
     assert calls == [4]
 
 
+def test_caller_runs_never_overlaps_two_policy_calls():
+    """Many threads submitting with no wait: some run inline, some on the batcher; never two calls at once."""
+    running, overlaps, lock = [0], [0], threading.Lock()
+
+    def fn(x):
+        with lock:
+            running[0] += 1
+            overlaps[0] += running[0] > 1
+        time.sleep(0.001)
+        with lock:
+            running[0] -= 1
+        return x * 3
+
+    batcher = DynamicBatcher(fn, max_batch_size=64, max_wait_s=0.0, adaptive=True)
+    batcher.gap_s, batcher.call_s = 1.0, 0.001                   # slow arrivals: wait 0, caller runs
+    results = {}
+
+    def client(i):
+        results[i] = [batcher.submit(np.full((2, 1), i * 100 + k, np.float32)).result(timeout=10)
+                      for k in range(20)]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    s = batcher.stats()
+    batcher.close()
+    assert overlaps[0] == 0 and s["requests"] == 80 and s["rows"] == 160 and s["inline"] > 0
+    for i in range(4):
+        for k, out in enumerate(results[i]):
+            np.testing.assert_array_equal(out, np.full((2, 1), 3.0 * (i * 100 + k)))
+
+
 def test_batch_closes_early_when_every_client_is_in_it():
     batcher = DynamicBatcher(lambda x: x, max_batch_size=64, max_wait_s=30.0, expected_requests=lambda: 1)
     t0 = time.perf_counter()
@@ -287,6 +321,24 @@ def test_server_unrolls_follow_the_rlds_contract(payload, spec):
     np.testing.assert_array_equal(rows["discount"] == 0.0, rows["terminated"])
     assert set(np.unique(rows["episode_id"] >> 32)) == {12, 13, 14, 15}      # actor 3 x 4 envs
     assert episodes and all(r == float(l) for r, l in episodes)             # CartPole: return == length
+
+
+def test_adaptive_server_serves_two_actors_with_complete_unrolls(payload, spec):
+    """adaptive_wait: slow arrivals run at once (caller runs); every unroll still has each actor's rows."""
+    server = _server(payload, spec, adaptive_wait=True, max_wait_s=0.05, max_batch_size=8)
+    out = {}
+    actors = [threading.Thread(target=_run_actor, args=(server.endpoint(), a, 4 * 160, out)) for a in (0, 1)]
+    for t in actors:
+        t.start()
+    for t in actors:
+        t.join(60)
+    batches = server.drain()
+    stats = server.stats()
+    server.stop()
+    assert out[0]["env_steps"] == out[1]["env_steps"] == 640
+    assert stats["requests"] == 320 and stats["rows"] == 1280 and stats["inline"] > 0
+    assert sorted(b.actor_id for b in batches) == [0] * (159 // 16) + [1] * (159 // 16)
+    assert all(b.reward.shape == (16, 4) for b in batches)
 
 
 def test_malformed_and_oversized_requests_are_rejected_and_others_keep_being_served(payload, spec):
