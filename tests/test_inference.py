@@ -75,6 +75,44 @@ def test_protocol_rejects_malformed_messages_with_a_reason(data, reason):
         protocol.decode(data)
 
 
+def test_protocol_framing_is_exact_bytes_for_every_dtype_and_shape():
+    """The message is the header then each array's raw C-order bytes; decode gives views of them back."""
+    arrays = {"b": np.array([True, False, True]), "u8": np.arange(6, dtype=np.uint8).reshape(2, 3),
+              "i16": np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2],          # not contiguous
+              "f64": np.array(2.5), "empty": np.zeros((0, 3), np.float32),           # 0-d and empty keep shape
+              "i64": np.array([-1, 2**40], np.int64)}
+    msg = protocol.encode({"kind": "k", "n": [1, 2]}, arrays)
+    (hlen,) = np.frombuffer(msg[:4], "<u4")
+    head = b'{"kind":"k","n":[1,2],"arrays":[["b","bool",[3]],["u8","uint8",[2,3]],["i16","int16",[3,2]],' \
+           b'["f64","float64",[]],["empty","float32",[0,3]],["i64","int64",[2]]]}'
+    assert msg[4:4 + hlen] == head and hlen == len(head)
+    assert msg[4 + hlen:] == b"".join(np.ascontiguousarray(v).tobytes() for v in arrays.values())
+    header, out = protocol.decode(msg)
+    assert header == {"kind": "k", "n": [1, 2]} and list(out) == list(arrays)
+    for k, v in arrays.items():
+        assert out[k].dtype == v.dtype and out[k].shape == v.shape and out[k].tobytes() == v.tobytes()
+    assert not out["u8"].flags.writeable and not out["u8"].flags.owndata       # a view of the message
+
+
+@pytest.mark.parametrize("spec, reason", [
+    ('[["a","float32",[-1]]]', "negative dimension"),
+    ('[["a","float32"]]', "must be \\[name, dtype, shape\\]"),
+    ('{"a":1}', "'arrays' must be a list"),
+    ('[["a","float32",[2]]]', "needs 8 bytes; only 4 left"),
+])
+def test_protocol_rejects_bad_array_specs_with_a_reason(spec, reason):
+    head = ('{"kind":"step","arrays":%s}' % spec).encode()
+    with pytest.raises(protocol.ProtocolError, match=reason):
+        protocol.decode(len(head).to_bytes(4, "little") + head + b"\x00" * 4)
+
+
+def test_protocol_rejects_a_header_that_is_not_utf8_or_not_an_object():
+    with pytest.raises(protocol.ProtocolError, match="not valid JSON"):
+        protocol.decode(b"\x02\x00\x00\x00\xff\xfe")
+    with pytest.raises(protocol.ProtocolError, match="JSON object with a string 'kind'"):
+        protocol.decode(b"\x02\x00\x00\x00[]")
+
+
 def test_protocol_rejects_oversized_messages():
     with pytest.raises(protocol.ProtocolError, match="exceeds the limit of 100 bytes"):
         protocol.decode(protocol.encode({"kind": "step"}, {"a": np.zeros(64, np.float32)}), max_bytes=100)
@@ -106,12 +144,141 @@ def test_full_batch_runs_without_waiting_and_results_split_per_request():
     assert s["batches"] == 1 and s["rows"] == 8 and s["mean_fill"] == 1.0 and s["timeouts"] == 0
 
 
+def test_adaptive_wait_waits_only_while_requests_arrive_faster_than_a_call():
+    from core.inference.batching import adaptive_wait
+    assert adaptive_wait(None, None, 0.002) == 0.002            # nothing measured yet: the configured bound
+    assert adaptive_wait(0.004, None, 0.002) == 0.002
+    assert adaptive_wait(0.0003, 0.001, 0.002) == 0.001         # next request due before a call ends: wait a call
+    assert adaptive_wait(0.0003, 0.005, 0.002) == 0.002         # ... never past the bound
+    assert adaptive_wait(0.003, 0.0006, 0.002) == 0.0           # gaps longer than a call: run what is queued
+    assert adaptive_wait(0.001, 0.001, 0.002) == 0.0
+
+
+def test_adaptive_batcher_stops_waiting_once_it_has_seen_slow_arrivals():
+    threads = []
+    batcher = DynamicBatcher(lambda x: (threads.append(threading.current_thread().name), x)[1],
+                             max_batch_size=64, max_wait_s=0.3, adaptive=True)
+    t0 = time.perf_counter()
+    batcher.submit(np.zeros((2, 1), np.float32)).result(timeout=5)
+    first = time.perf_counter() - t0                            # no rates known: waits the bound
+    t1 = time.perf_counter()
+    batcher.submit(np.zeros((2, 1), np.float32)).result(timeout=5)
+    second = time.perf_counter() - t1                           # gap ~0.3 s >> a call of microseconds
+    s = batcher.stats()
+    batcher.close()
+    assert first >= 0.29 and second < 0.2, (first, second)
+    assert s["timeouts"] == 1 and s["wait_ms"] == 0.0 and s["gap_ms"] >= 290 and s["call_ms"] < 50
+    # the second ran on the submitting thread (caller runs), the first on the batcher's
+    assert threads == ["inference-batcher", threading.current_thread().name] and s["inline"] == 1
+
+
+def test_adaptive_batcher_merges_requests_when_calls_cost_more_than_the_gaps():
+    calls = []
+
+    def slow(x):
+        calls.append(len(x))
+        time.sleep(0.2)                                         # a costly call (an accelerator's launch)
+        return x
+
+    batcher = DynamicBatcher(slow, max_batch_size=64, max_wait_s=1.0, adaptive=True)
+    batcher.gap_s, batcher.call_s = 0.001, 0.2                  # as measured after a warm-up: waits 0.2 s
+    futs = []
+    for _ in range(4):
+        futs.append(batcher.submit(np.zeros((1, 1), np.float32)))
+        time.sleep(0.005)                                       # arrivals 5 ms apart, inside one call's wait
+    for f in futs:
+        f.result(timeout=5)
+    batcher.close()
+    assert calls == [4]
+
+
+def test_caller_runs_never_overlaps_two_policy_calls():
+    """Many threads submitting with no wait: some run inline, some on the batcher; never two calls at once."""
+    running, overlaps, lock = [0], [0], threading.Lock()
+
+    def fn(x):
+        with lock:
+            running[0] += 1
+            overlaps[0] += running[0] > 1
+        time.sleep(0.001)
+        with lock:
+            running[0] -= 1
+        return x * 3
+
+    batcher = DynamicBatcher(fn, max_batch_size=64, max_wait_s=0.0, adaptive=True)
+    batcher.gap_s, batcher.call_s = 1.0, 0.001                   # slow arrivals: wait 0, caller runs
+    results = {}
+
+    def client(i):
+        results[i] = [batcher.submit(np.full((2, 1), i * 100 + k, np.float32)).result(timeout=10)
+                      for k in range(20)]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    s = batcher.stats()
+    batcher.close()
+    assert overlaps[0] == 0 and s["requests"] == 80 and s["rows"] == 160 and s["inline"] > 0
+    for i in range(4):
+        for k, out in enumerate(results[i]):
+            np.testing.assert_array_equal(out, np.full((2, 1), 3.0 * (i * 100 + k)))
+
+
 def test_batch_closes_early_when_every_client_is_in_it():
     batcher = DynamicBatcher(lambda x: x, max_batch_size=64, max_wait_s=30.0, expected_requests=lambda: 1)
     t0 = time.perf_counter()
     batcher.submit(np.zeros((2, 1), np.float32)).result(timeout=5)
     batcher.close()
     assert time.perf_counter() - t0 < 5.0
+
+
+# -- inference runners ---------------------------------------------------------------
+
+def test_best_chunk_is_the_lowest_time_per_row():
+    from core.inference.runners import best_chunk, power_of_two_sizes
+    assert power_of_two_sizes(1) == [1] and power_of_two_sizes(16) == [1, 2, 4, 8, 16]
+    assert power_of_two_sizes(24) == [1, 2, 4, 8, 16, 24]
+    assert best_chunk({1: 0.12, 16: 1.45, 32: 10.6}) == 16       # the CNN at fp32: 32 rows spill the cache
+    assert best_chunk({1: 0.002, 16: 0.003, 32: 0.004}) == 32    # an MLP: the call overhead dominates
+    assert best_chunk({8: 0.8, 16: 1.6}) == 16                   # a tie: fewer calls
+
+
+def test_litert_runner_matches_the_policy_row_for_row_at_every_split(payload):
+    from core.inference.runners import LiteRTRunner
+    from core.policy import LiteRTPolicy
+    reference = LiteRTPolicy(payload, batch_size=1)
+    x = np.random.default_rng(0).normal(size=(21, 4)).astype(np.float32)
+    want = np.concatenate([reference(x[i:i + 1]) for i in range(len(x))])
+    runner = LiteRTRunner(payload, max_batch_size=21, chunk_rows=8)
+    for n in (1, 3, 8, 13, 21):
+        np.testing.assert_allclose(runner(x[:n]), want[:n], rtol=1e-6, atol=1e-6)
+    # 21 rows = 2 calls of 8 + 5 rows on the 8-row interpreter; 3 rows on the 4-row one; never 21 padded rows
+    assert sorted(runner._policies) == [1, 4, 8]
+    calibrated = LiteRTRunner(payload, max_batch_size=21, calibration_reps=2)
+    assert sorted(calibrated.calibration) == [1, 2, 4, 8, 16, 21]
+    assert calibrated.chunk_rows in calibrated.calibration and all(v > 0 for v in calibrated.calibration.values())
+    with pytest.raises(ValueError, match="valid: max_batch_size >= 1, 1 <= chunk_rows <= max_batch_size"):
+        LiteRTRunner(payload, max_batch_size=4, chunk_rows=8)
+
+
+def test_server_runs_its_policy_through_the_runner_it_is_given(payload, spec):
+    from core.inference.runners import LiteRTRunner
+
+    class Counting(LiteRTRunner):
+        rows = 0
+
+        def __call__(self, x):
+            Counting.rows += len(x)
+            return super().__call__(x)
+
+    server = _server(payload, spec, runner=Counting(payload, max_batch_size=64, chunk_rows=4))
+    out = {}
+    _run_actor(server.endpoint(), 0, 4 * 50, out)
+    stats = server.stats()
+    server.stop()
+    assert out[0]["env_steps"] == 200 and Counting.rows == 200 and stats["chunk_rows"] == 4
 
 
 # -- server + env-only actors ---------------------------------------------------------
@@ -137,7 +304,8 @@ def test_server_unrolls_follow_the_rlds_contract(payload, spec):
     # the step profile: every server phase and the actor's side, per request, and they nest
     from core.inference.server import PHASES
     assert list(stats["step_ms"]) == list(PHASES) and all(v >= 0 for v in stats["step_ms"].values())
-    assert set(out[3]["step_ms"]) == {"encode", "round_trip", "env_step"}
+    assert set(out[3]["step_ms"]) == {"encode", "round_trip", "env_step", "env_cpu", "cpu"}
+    assert 0 < out[3]["step_ms"]["env_cpu"] < out[3]["step_ms"]["cpu"]        # the envs are part of the CPU
     assert sum(stats["step_ms"].values()) < out[3]["step_ms"]["round_trip"]     # the handler runs inside it
     assert stats["step_ms"]["batched_inference"] >= stats["queued_ms_mean"] > 0
     b = batches[0]
@@ -153,6 +321,24 @@ def test_server_unrolls_follow_the_rlds_contract(payload, spec):
     np.testing.assert_array_equal(rows["discount"] == 0.0, rows["terminated"])
     assert set(np.unique(rows["episode_id"] >> 32)) == {12, 13, 14, 15}      # actor 3 x 4 envs
     assert episodes and all(r == float(l) for r, l in episodes)             # CartPole: return == length
+
+
+def test_adaptive_server_serves_two_actors_with_complete_unrolls(payload, spec):
+    """adaptive_wait: slow arrivals run at once (caller runs); every unroll still has each actor's rows."""
+    server = _server(payload, spec, adaptive_wait=True, max_wait_s=0.05, max_batch_size=8)
+    out = {}
+    actors = [threading.Thread(target=_run_actor, args=(server.endpoint(), a, 4 * 160, out)) for a in (0, 1)]
+    for t in actors:
+        t.start()
+    for t in actors:
+        t.join(60)
+    batches = server.drain()
+    stats = server.stats()
+    server.stop()
+    assert out[0]["env_steps"] == out[1]["env_steps"] == 640
+    assert stats["requests"] == 320 and stats["rows"] == 1280 and stats["inline"] > 0
+    assert sorted(b.actor_id for b in batches) == [0] * (159 // 16) + [1] * (159 // 16)
+    assert all(b.reward.shape == (16, 4) for b in batches)
 
 
 def test_malformed_and_oversized_requests_are_rejected_and_others_keep_being_served(payload, spec):

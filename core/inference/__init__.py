@@ -4,7 +4,9 @@ One concept per module:
 
 * ``endpoint``  where the server listens (never a wildcard by default), the per-run token, TLS files
 * ``protocol``  the wire format: length-prefixed JSON header + raw numpy bytes (no pickle, no protoc)
-* ``batching``  DynamicBatcher: max batch size AND max wait time (a partial batch never waits forever)
+* ``batching``  DynamicBatcher: max batch size AND max wait time (a partial batch never waits forever),
+                the wait optionally tuned to the measured arrival rate
+* ``runners``   InferenceRunner, the one interface the server runs its policy through (LiteRTRunner today)
 * ``unrolls``   UnrollAssembler: per-actor RLDS rows -> TrajectoryBatch unrolls, server-side
 * ``server``    InferenceServer: gRPC bidi-streaming service in the learner process (LiteRT fp32/int8)
 * ``client``    run_env_actor_task: an env-only actor with reconnect and backoff

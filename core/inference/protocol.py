@@ -4,6 +4,12 @@
     header  := {"kind": str, ..., "arrays": [[name, dtype, shape], ...]}
 
 Arrays follow the header back to back, C-contiguous, in the listed order.
+
+Framing copies each array once and never again: :func:`encode` joins the
+arrays' own buffers straight into the one ``bytes`` gRPC sends (no
+``tobytes()`` intermediate), and :func:`decode` returns read-only numpy
+*views* of the received message (``np.frombuffer``), so the observations the
+server batches are the bytes that came off the wire.
 Only plain numeric/bool dtypes are accepted (nothing is ever unpickled), and
 every size is checked against the message length, so a malformed or
 truncated message raises :class:`ProtocolError` with a one-line reason.
@@ -44,10 +50,12 @@ class ProtocolError(ValueError):
 
 def encode(header: Dict[str, Any], arrays: Dict[str, np.ndarray] | None = None) -> bytes:
     """Serialize ``header`` and ``arrays`` (see module docstring)."""
-    arrays = {k: np.ascontiguousarray(v) for k, v in (arrays or {}).items()}
+    # asarray(order="C"), not ascontiguousarray: that one turns a 0-d array into shape (1,).
+    arrays = {k: np.asarray(v, order="C") for k, v in (arrays or {}).items()}
     meta = dict(header, arrays=[[k, v.dtype.name, list(v.shape)] for k, v in arrays.items()])
     head = json.dumps(meta, separators=(",", ":")).encode()
-    return b"".join([_LEN.pack(len(head)), head] + [v.tobytes() for v in arrays.values()])
+    # A flat uint8 view exposes each array's own buffer: join copies it once, into the message.
+    return b"".join([_LEN.pack(len(head)), head] + [v.reshape(-1).view(np.uint8) for v in arrays.values()])
 
 
 def decode(data: bytes, max_bytes: int = 64 << 20) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
@@ -96,5 +104,6 @@ def decode(data: bytes, max_bytes: int = 64 << 20) -> Tuple[Dict[str, Any], Dict
 
 
 def expect(header: Dict[str, Any], kind: str) -> None:
+    """Raises :class:`ProtocolError` unless ``header`` is a ``kind`` message."""
     if header.get("kind") != kind:
         raise ProtocolError(f"expected a {kind!r} message, got {header.get('kind')!r}")

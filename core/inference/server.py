@@ -21,9 +21,15 @@ bidirectional stream. The server
   an actor that reconnects gets a fresh carry (its envs start new episodes)
   and the stale one is dropped (:meth:`recurrent_state`);
 * batches network inputs from all streams with a :class:`DynamicBatcher`
-  (max batch size and max wait time) and runs the policy once per batch with
-  LiteRT at the payload's precision (fp32 or int8), one inference thread; a
-  recurrent step is batched the same way, its rows being ``[obs, h, c]``;
+  (max batch size and max wait time; with ``adaptive_wait`` the wait is tuned
+  to the measured arrival rate, bounded by ``max_wait_s``) and runs each
+  batch, one at a time, through an :class:`core.inference.runners.InferenceRunner`
+  (today :class:`~core.inference.runners.LiteRTRunner`: LiteRT at the
+  payload's precision, fp32 or int8, in calls of the measured best size) on
+  the batcher's thread, or on the stream thread that finds the policy idle
+  when no wait pays, while the other stream threads decode, validate and
+  assemble around it; a recurrent step is batched the same way, its rows
+  being ``[obs, h, c]``;
 * selects actions with the agent's action selector, with each actor's own
   parameters (``explore``: a dict, or ``actor_id -> dict`` such as R2D2's
   epsilon ladder); ``categorical`` stores the behaviour logits for V-trace,
@@ -66,6 +72,7 @@ from core.exploration import SELECTORS, make_carry
 from core.inference import endpoint as endpoint_lib
 from core.inference import protocol
 from core.inference.batching import DynamicBatcher
+from core.inference.runners import InferenceRunner, LiteRTRunner
 from core.inference.unrolls import UnrollAssembler
 from core.trajectory import TrajectoryBatch
 
@@ -116,6 +123,11 @@ class InferenceServer:
         so episode ids never repeat within a run).
       token: the run's secret every stream must present (default: a fresh one, see :attr:`token`).
       tls: ``(certificate chain PEM, private key PEM)`` to serve over TLS; None = plaintext.
+      runner: what runs the policy (default: a :class:`LiteRTRunner` of ``payload`` sized to
+        ``max_batch_size``); any :class:`InferenceRunner`, e.g. one on an accelerator.
+      adaptive_wait: tune each batch's wait to the measured arrival rate (bounded by ``max_wait_s``,
+        :func:`core.inference.batching.adaptive_wait`); False (default): every batch waits up to
+        ``max_wait_s`` for more requests (what a caller that asks for cross-actor batches wants).
     """
 
     def __init__(self, address: str, payload, spec, unroll_length: int = 32, selector: str = "categorical",
@@ -123,25 +135,26 @@ class InferenceServer:
                  max_batch_size: int = 64, max_wait_s: float = 0.002,
                  frame_stack: int = 1, max_message_bytes: int = 16 << 20, max_streams: int = 64,
                  litert_threads: int = 1, first_connection: int = 0, seed: int = 0,
-                 token: Optional[str] = None, tls: Optional[tuple] = None):
-        from core.policy import LiteRTPolicy
+                 token: Optional[str] = None, tls: Optional[tuple] = None,
+                 runner: Optional[InferenceRunner] = None, adaptive_wait: bool = False):
         self.address, self.spec, self.unroll_length = address, spec, int(unroll_length)
         self.selector = selector
         self.select = SELECTORS[selector]
         self.explore = explore if callable(explore) else dict(explore or {})
         self.frame_stack = int(frame_stack)
+        self._obs_dtype = np.dtype(spec.obs_dtype)
         self.max_message_bytes = int(max_message_bytes)
         self.max_streams = int(max_streams)
         self.seed = int(seed)
         self.token = token or endpoint_lib.new_token()    # authentication is never off
         self.tls = tls
         self.port: Optional[int] = None
-        self.policy = LiteRTPolicy(payload, batch_size=max_batch_size, num_threads=litert_threads)
+        self.runner: InferenceRunner = runner or LiteRTRunner(payload, max_batch_size, litert_threads)
         self._pending_payload = None
         self._first_payload = payload                 # sizes each connection's recurrent carry
         self._carries: Dict[int, Tuple[int, Any]] = {}    # actor id -> (connection, carry) of its live stream
         self.batcher = DynamicBatcher(self._infer, max_batch_size, max_wait_s,
-                                      expected_requests=lambda: self.active_streams)
+                                      expected_requests=lambda: self.active_streams, adaptive=adaptive_wait)
         self._connections = itertools.count(int(first_connection))
         self._lock = threading.Lock()
         self._budget_cv = threading.Condition()
@@ -222,7 +235,7 @@ class InferenceServer:
 
     @property
     def policy_version(self) -> int:
-        return self.policy.version
+        return self.runner.version
 
     def explore_params(self, actor_id: int) -> Dict[str, float]:
         """The selector parameters of ``actor_id`` now."""
@@ -260,6 +273,8 @@ class InferenceServer:
         el = max(time.perf_counter() - self._t0, 1e-9)
         step_ms = {k: 1e3 * v / max(self._phase_n, 1) for k, v in self._phase_s.items()}
         return {**self.batcher.stats(), "step_ms": step_ms, "env_steps": self.env_steps,
+                "chunk_rows": getattr(self.runner, "chunk_rows", None),
+                "calibration_ms": dict(getattr(self.runner, "calibration", {})),
                 "requests_per_s": self.batcher.requests / el,
                 "active_streams": self.active_streams, "rejected": self.rejected,
                 "unauthenticated": self.unauthenticated, "tls": self.tls is not None,
@@ -268,9 +283,9 @@ class InferenceServer:
     # -- inference thread ---------------------------------------------------------
     def _infer(self, x: np.ndarray) -> np.ndarray:
         payload, self._pending_payload = self._pending_payload, None
-        if payload is not None and payload.version != self.policy.version:
-            self.policy.update(payload)
-        return self.policy(x)
+        if payload is not None and payload.version != self.runner.version:
+            self.runner.update(payload)
+        return self.runner(x)
 
     # -- one stream per actor -------------------------------------------------------
     def _wait_for_budget(self, n: int) -> None:
@@ -299,9 +314,12 @@ class InferenceServer:
                                          f"server's {self.spec.obs_dtype!r} ({self.spec.env_id})")
         return actor_id, num_envs
 
-    def _check_step(self, arrays: Dict[str, np.ndarray], e: int) -> None:
-        want = {"observation": (e,) + tuple(self.spec.obs_shape), "reward": (e,), "terminated": (e,),
+    def _step_shapes(self, e: int) -> Dict[str, Tuple[int, ...]]:
+        """The array shapes a step of ``e`` envs must have (built once per stream)."""
+        return {"observation": (e,) + tuple(self.spec.obs_shape), "reward": (e,), "terminated": (e,),
                 "truncated": (e,)}
+
+    def _check_step(self, arrays: Dict[str, np.ndarray], want: Dict[str, Tuple[int, ...]]) -> None:
         for name, shape in want.items():
             if name not in arrays:
                 raise protocol.ProtocolError(f"step message lacks array {name!r}; needs {', '.join(want)}")
@@ -312,7 +330,7 @@ class InferenceServer:
             if arrays[name].dtype != np.bool_:
                 raise protocol.ProtocolError(f"step array {name!r} must be bool, got {arrays[name].dtype}")
         # Replay shards are typed by the env spec: a stray dtype would fail the shard write (and the run).
-        if arrays["observation"].dtype != np.dtype(self.spec.obs_dtype):
+        if arrays["observation"].dtype != self._obs_dtype:
             raise protocol.ProtocolError(f"step array 'observation' has dtype {arrays['observation'].dtype}, "
                                          f"expected {self.spec.obs_dtype} ({self.spec.env_id})")
 
@@ -336,6 +354,7 @@ class InferenceServer:
         except protocol.ProtocolError as err:
             self._reject(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
         stream = self._open_stream(actor_id, e)
+        want = self._step_shapes(e)
         try:
             yield protocol.encode({"kind": "welcome", "connection": stream.connection})
             for raw in request_iterator:
@@ -343,7 +362,7 @@ class InferenceServer:
                 try:
                     header, arrays = protocol.decode(raw, self.max_message_bytes)
                     protocol.expect(header, "step")
-                    self._check_step(arrays, e)
+                    self._check_step(arrays, want)
                 except protocol.ProtocolError as err:
                     self._reject(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
                 if self._stop.is_set():
@@ -405,7 +424,7 @@ class InferenceServer:
         t1 = time.perf_counter()
         out = self.batcher.submit(x).result()
         t2 = time.perf_counter()
-        version = self.policy.version
+        version = self.runner.version
         if stream.carry is not None:
             out = stream.carry.absorb(out)
         action, extras = self.select(out, self.explore_params(stream.actor_id), stream.rng, self.spec)
