@@ -88,32 +88,32 @@ def test_cli_rejects_local_run_dir_before_anything_starts(tmp_path, capsys):
 
 
 # -- Dataflow translation (no submission) ----------------------------------------------------
-def _round_pipeline(options, payload):
+def _round_pipeline(options, plan=None):
     # Runner-independent construction: the same graph every runner receives.
     pipeline = beam.Pipeline(runner="DirectRunner", options=options)
-    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True), payload)
+    rounds.build_round(pipeline, plan or _plan("gs://my-bucket/runs/a", evaluate=True))
     return pipeline
 
 
-def test_round_pipeline_translates_to_runner_api_for_dataflow(payload):
+def test_round_pipeline_translates_to_runner_api_for_dataflow():
     options = beam_executor.pipeline_options(DATAFLOW_ARGS, "gs://my-bucket/runs/a")
-    proto = _round_pipeline(options, payload).to_runner_api()
+    proto = _round_pipeline(options).to_runner_api()
     names = {t.unique_name for t in proto.components.transforms.values()}
-    for step in ["CreateTasks", "RollOut/Reshuffle", "RollOut/StepEnvs", "WriteShards/GroupShards",
+    for step in ["Policy", "Publish", "CreateTasks", "RollOut/Reshuffle", "RollOut/StepEnvs", "WriteShards/GroupShards",
                  "WriteShards/Write", "CommitShards/ToList", "CommitShards/Commit", "Evaluate"]:
         assert step in names, (step, sorted(names))
     assert any("GroupByKey" in t.spec.urn or t.spec.urn.endswith("group_by_key:v1")
                for t in proto.components.transforms.values())
 
 
-def test_round_pipeline_translates_to_a_dataflow_job_request(payload):
+def test_round_pipeline_translates_to_a_dataflow_job_request():
     """DataflowRunner with --dry_run builds the job request (docker env, staged setup.py) and sends nothing."""
     pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
     from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
     args = DATAFLOW_ARGS + ["--dry_run=True", "--no_auth", "--sdk_location=container"]
     options = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
     pipeline = beam.Pipeline(runner=DataflowRunner(), options=options)
-    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True), payload)
+    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True))
     job = pipeline.run().job                       # dry run: translated, not submitted
     assert job.proto.name == "databloom-test"
     envs = list(job.proto_pipeline.components.environments.values())
