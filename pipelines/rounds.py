@@ -21,9 +21,11 @@ it imports neither TensorFlow nor LiteRT and needs no accelerator::
         Learn           restore the latest checkpoint, keep the best (evaluation side input), train
                         K = replay_ratio * committed_rows - learner_steps steps, checkpoint,
                         publish policy v + 1 -> rounds/r<round>-learn.json (loop counters)
+        FinishIfLast    after the run's last learner block, in the same worker: best parameters,
+                        final evaluation -> rounds/final.json
       and, on evaluation rounds, in parallel with the rollouts:
         CreateEval -> Evaluate -> rounds/r<round>-eval.json   (an input of Learn)
-    final pipeline: Finish (best parameters, final evaluation) -> rounds/final.json
+    (a resumed run whose last round has no final record: one pipeline of Finish alone)
 
 The checkpoint names the last finished round and carries the loop
 counters, so ``--resume`` (or a crash) restarts at the first unfinished
@@ -179,18 +181,28 @@ def evaluate_round(_: int, plan: RoundPlan, policy_path: str) -> Dict[str, Any]:
 def learn_round(record: Dict[str, Any], plan: RoundPlan, evaluations: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """The round's learner block (:mod:`pipelines.beam_learner`); result -> rounds/r<round>-learn.json."""
     from pipelines.beam_learner import stage_for
-    stage = stage_for(plan.learn.cfg, plan.run_dir)
+    t0 = time.time()
+    stage = stage_for(plan.learn.cfg, plan.run_dir)   # a fresh worker: imports TensorFlow, builds the learner
+    setup_s = time.time() - t0
     result = stage.learn(plan.round, record, evaluations[0] if evaluations else None, plan.learn.started_at)
+    result = {**result, "setup_s": setup_s}
     _write_json(plan.run_dir, plan.round, "learn", result)
     return result
 
 
-def finish_run(_: int, run_dir: str, learn: LearnPlan) -> Dict[str, Any]:
-    """The run's final evaluation (best parameters) -> rounds/final.json."""
+def finish_run(_: int, run_dir: str, learn: LearnPlan, last_round: int) -> Dict[str, Any]:
+    """The run's final evaluation (best parameters) after round ``last_round`` -> rounds/final.json."""
     from pipelines.beam_learner import stage_for
-    result = stage_for(learn.cfg, run_dir).finish()
+    result = {**stage_for(learn.cfg, run_dir).finish(), "round": last_round}
     _write_json(run_dir, -1, "final", result)
     return result
+
+
+def finish_if_last(learned: Dict[str, Any], plan: RoundPlan) -> Optional[Dict[str, Any]]:
+    """:func:`finish_run` right after the run's last learner block (fused with Learn: same process)."""
+    if learned["stop"] or learned["loop"]["env_steps"] >= plan.learn.cfg.total_env_steps:
+        return finish_run(0, plan.run_dir, plan.learn, plan.round)
+    return None
 
 
 # --------------------------------------------------------------------------- transforms
@@ -262,14 +274,16 @@ def build_round(pipeline, plan: RoundPlan, payload=None) -> None:
     if plan.learn is not None:
         # After the commit; the evaluation decides the best version from the restored parameters.
         side = beam.pvalue.AsList(evaluations) if evaluations is not None else []
-        record | "Learn" >> beam.Map(counted(learn_round, plan.cpu_sink), plan, side)
+        (record
+         | "Learn" >> beam.Map(counted(learn_round, plan.cpu_sink), plan, side)
+         | "FinishIfLast" >> beam.Map(counted(finish_if_last, plan.cpu_sink), plan))
 
 
-def build_finish(pipeline, run_dir: str, learn: LearnPlan, cpu_sink: str = "") -> None:
-    """The run's last pipeline: the final evaluation on a worker (rounds/final.json)."""
+def build_finish(pipeline, run_dir: str, learn: LearnPlan, last_round: int, cpu_sink: str = "") -> None:
+    """A pipeline of the final evaluation alone (a resumed run whose last round has no final record)."""
     (pipeline
      | "CreateFinal" >> beam.Create([0])
-     | "Finish" >> beam.Map(counted(finish_run, cpu_sink), run_dir, learn))
+     | "Finish" >> beam.Map(counted(finish_run, cpu_sink), run_dir, learn, last_round))
 
 
 # --------------------------------------------------------------------------- the launcher
@@ -412,7 +426,8 @@ class RoundLauncher:
             stop = learned["stop"]
             self.next_round, self.learner_steps = r + 1, int(learned["learner_steps"])
             self.log.write("round", step=self.loop.env_steps, round=r, pipeline_s=pipeline_s,
-                           learn_s=learned.get("learn_s"), learner_steps=self.learner_steps,
+                           learn_s=learned.get("learn_s"), learner_setup_s=learned.get("setup_s"),
+                           learner_steps=self.learner_steps,
                            trained=learned.get("trained"), loss=learned.get("loss"), episodes=commit["episodes"],
                            mean_return=commit["return_sum"] / commit["episodes"] if commit["episodes"] else None,
                            learner_worker=learned.get("worker"))
@@ -445,8 +460,11 @@ class RoundLauncher:
         from pipelines.executors import beam as beam_executor
         cfg = self.cfg
         wall = time.time() - start
-        beam_executor.run_pipeline(lambda p: build_finish(p, self.run_dir, self.learn_plan,
-                                                          stage_cpu_sink(self.energy)), self.options)
+        last = self.next_round - 1
+        final = read_record(self.run_dir, -1, "final")
+        if final is None or final.get("round") != last:   # not fused into the last round (e.g. a resume)
+            beam_executor.run_pipeline(lambda p: build_finish(p, self.run_dir, self.learn_plan, last,
+                                                              stage_cpu_sink(self.energy)), self.options)
         final = self._read(-1, "final")
         payload = policy_files.describe(self.run_dir, self.loop.policy_version) or {"nbytes": 0}
         log_version = ReplayStore.open(urls.join(self.run_dir, "replay")).latest_version()
