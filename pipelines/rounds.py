@@ -42,6 +42,18 @@ actors rebuild their envs each round (seeded by round, see
 ``actors.steps_per_task`` steps. Choose ``steps_per_task`` at least as long
 as the episodes that matter (the in-memory runner keeps envs between rounds).
 
+Reproducibility: a Beam run is a function of config + seed (rollouts seeded
+by ``(seed, actor, round)``, the learner's sampler by ``(seed, 11, round)``,
+TF op determinism on), but it is not yet the :mod:`pipelines.plan` schedule
+that local and Dask run, so it is not bit-identical to them: a round is one
+task per actor (a plan block is ``tasks_per_block`` of them, shard
+``s<block>``), every round acts with the newest version (the plan: the
+version after learner block ``b - 1 - policy_lag``, one per
+``broadcast_period`` steps), actors restart each round (the plan carries env
+state), the learner trains in 128-step calls with its own RNG stream (the
+plan: ``steps_per_call``, ``sampler_rng(b)``), and evaluation seeds,
+checkpoint cadence and the stop rule (``STOP_DELAY``) differ.
+
 Example::
 
     summary = train_in_rounds(cfg, "gs://bucket/runs/a",

@@ -200,11 +200,13 @@ with open(sys.argv[3], "w") as f:
 
 def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_path):
     """The learner runs as the round pipelines' Learn stage (DirectRunner worker processes): the launcher
-    process ends its run without TensorFlow, Keras or LiteRT in sys.modules, and the run learns as the
-    executor smoke test requires (tests/test_executors.py: >= 100 within 8,192 env steps)."""
-    from test_executors import BUDGET, THRESHOLD, assert_complete_run_dir, small_config
+    process ends its run without TensorFlow, Keras or LiteRT in sys.modules, and the run learns to the
+    executor smoke test's threshold (tests/test_executors.py: 100), here within 2 rounds (4,096 env
+    steps; seed 0 scores 187 at its second evaluation) to halve the test's time."""
+    from test_executors import THRESHOLD, assert_complete_run_dir, small_config
+    budget = 4_096
     run_dir, out = str(tmp_path / "run"), str(tmp_path / "out.json")
-    cfg = small_config("beam")
+    cfg = small_config("beam", total_env_steps=budget)
     proc = subprocess.run([sys.executable, "-c", LAUNCHER, config_lib.to_json(cfg), run_dir, out],
                           capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)),
                           env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
@@ -213,11 +215,11 @@ def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_pat
         result = json.load(f)
     assert result["heavy"] == []
     summary = result["summary"]
-    assert summary["executor"] == "beam" and summary["env_steps"] >= BUDGET
+    assert summary["executor"] == "beam" and summary["env_steps"] == budget
     assert_complete_run_dir(run_dir, summary)
     learned = max(summary["best_eval_return"], summary["final_eval"]["fp32"]["mean"])
     assert learned >= THRESHOLD, summary
-    rounds_run = BUDGET // (2 * 8 * 128)
+    rounds_run = budget // (2 * 8 * 128)
     workers = {rounds.read_record(run_dir, r, "learn")["worker"] for r in range(rounds_run)}
     assert all(not w.endswith(f" pid {result['pid']}") for w in workers), workers   # never the launcher
     assert rounds.read_record(run_dir, rounds_run - 1, "learn")["learner_steps"] == summary["learner_steps"]
