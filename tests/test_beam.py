@@ -7,6 +7,8 @@ without submitting anything.
 """
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -15,6 +17,7 @@ import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOptions,  # noqa: E402
                                                   PipelineOptions, SetupOptions, StandardOptions)
 
+from core import config as config_lib  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from core.rollout import ActorSpec  # noqa: E402
 from pipelines import rounds  # noqa: E402
@@ -24,11 +27,28 @@ DATAFLOW_ARGS = ["--runner", "DataflowRunner", "--project", "my-project", "--reg
                  "--temp_location", "gs://my-bucket/tmp", "--job_name", "databloom-test"]
 
 
-def _plan(run_dir, round_index=0, evaluate=False, num_actors=2):
+def _plan(run_dir, round_index=0, evaluate=False, num_actors=2, learn=None):
     specs = tuple(ActorSpec("test-run", "CartPole-v1", 4, 0, a) for a in range(num_actors))
     return rounds.RoundPlan(run_dir, round_index, specs, tuple({"epsilon": 0.5} for _ in specs),
                             steps_per_task=16, actors_per_shard=1, policy_version=round_index + 1,
-                            evaluate=evaluate, eval_args=("CartPole-v1", 4, 123, None, "epsilon_greedy", 475.0, 0))
+                            evaluate=evaluate, eval_args=("CartPole-v1", 4, 123, None, "epsilon_greedy", 475.0, 0),
+                            learn=learn)
+
+
+def _learn_plan(**overrides):
+    """A LearnPlan of a tiny CartPole run (``replay.min_size`` within one 2 x 4 x 16-row round)."""
+    data = {"executor": "beam", "seed": 0, "total_env_steps": 256, "env": {"num_envs": 4},
+            "agent": {"hidden": [16]}, "actors": {"num_actors": 2, "steps_per_task": 16},
+            "replay": {"min_size": 64}, "learner": {"replay_ratio": 0.5}}
+    for key, value in overrides.items():
+        data.setdefault(key, {}).update(value)
+    return rounds.LearnPlan(config_lib.from_dict(data), started_at=0.0)
+
+
+def _fake_payload(nbytes, version=1):
+    """A PolicyPayload of ``nbytes`` random bytes (an ActorQ-size flatbuffer, for graph-size tests)."""
+    from core.quantize import PolicyPayload
+    return PolicyPayload(version, "int8-dynamic", os.urandom(nbytes), 0.0, 4, 2)
 
 
 @pytest.fixture(scope="module")
@@ -88,32 +108,32 @@ def test_cli_rejects_local_run_dir_before_anything_starts(tmp_path, capsys):
 
 
 # -- Dataflow translation (no submission) ----------------------------------------------------
-def _round_pipeline(options, payload):
+def _round_pipeline(options, plan=None):
     # Runner-independent construction: the same graph every runner receives.
     pipeline = beam.Pipeline(runner="DirectRunner", options=options)
-    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True), payload)
+    rounds.build_round(pipeline, plan or _plan("gs://my-bucket/runs/a", evaluate=True))
     return pipeline
 
 
-def test_round_pipeline_translates_to_runner_api_for_dataflow(payload):
+def test_round_pipeline_translates_to_runner_api_for_dataflow():
     options = beam_executor.pipeline_options(DATAFLOW_ARGS, "gs://my-bucket/runs/a")
-    proto = _round_pipeline(options, payload).to_runner_api()
+    proto = _round_pipeline(options).to_runner_api()
     names = {t.unique_name for t in proto.components.transforms.values()}
-    for step in ["CreateTasks", "RollOut/Reshuffle", "RollOut/StepEnvs", "WriteShards/GroupShards",
+    for step in ["Policy", "Publish", "CreateTasks", "RollOut/Reshuffle", "RollOut/StepEnvs", "WriteShards/GroupShards",
                  "WriteShards/Write", "CommitShards/ToList", "CommitShards/Commit", "Evaluate"]:
         assert step in names, (step, sorted(names))
     assert any("GroupByKey" in t.spec.urn or t.spec.urn.endswith("group_by_key:v1")
                for t in proto.components.transforms.values())
 
 
-def test_round_pipeline_translates_to_a_dataflow_job_request(payload):
+def test_round_pipeline_translates_to_a_dataflow_job_request():
     """DataflowRunner with --dry_run builds the job request (docker env, staged setup.py) and sends nothing."""
     pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
     from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
     args = DATAFLOW_ARGS + ["--dry_run=True", "--no_auth", "--sdk_location=container"]
     options = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
     pipeline = beam.Pipeline(runner=DataflowRunner(), options=options)
-    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True), payload)
+    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True))
     job = pipeline.run().job                       # dry run: translated, not submitted
     assert job.proto.name == "databloom-test"
     envs = list(job.proto_pipeline.components.environments.values())
@@ -121,6 +141,114 @@ def test_round_pipeline_translates_to_a_dataflow_job_request(payload):
     top = {t.unique_name for t in job.proto_pipeline.components.transforms.values() if "/" not in t.unique_name}
     assert {"CreateTasks", "RollOut", "WriteShards", "CommitShards", "Evaluate"} <= top
     assert job.options.view_as(SetupOptions).setup_file == beam_executor.SETUP_PY
+
+
+# -- the policy travels by path, never in the job graph --------------------------------------
+ACTORQ_INT8_BYTES = 8_600_000     # ActorQ's 3 x 2048 MLP at int8 (fp32: 34 MB)
+
+
+@pytest.mark.parametrize("with_learner", [False, True])
+def test_round_graph_does_not_embed_the_policy_payload(tmp_path, with_learner):
+    """An 8.6 MB payload and a 100-byte one give byte-identical pipeline protos of a few KB."""
+    sizes, protos = {}, {}
+    for name, nbytes in (("tiny", 100), ("actorq", ACTORQ_INT8_BYTES)):
+        run_dir = str(tmp_path / name)
+        payload = _fake_payload(nbytes)
+        plan = _plan(run_dir, evaluate=True, learn=_learn_plan() if with_learner else None)
+        pipeline = beam.Pipeline(runner="DirectRunner", options=PipelineOptions([]))
+        rounds.build_round(pipeline, plan, payload)       # writes policies/v000001 under run_dir, not into the graph
+        assert os.path.getsize(os.path.join(run_dir, "policies", "v000001.tflite")) == nbytes
+        protos[name] = pipeline.to_runner_api().SerializeToString()
+        sizes[name] = len(protos[name])
+        if name == "actorq":
+            assert payload.data[1_000_000:1_000_064] not in protos[name]
+    assert sizes["actorq"] - sizes["tiny"] < 1_000, sizes     # only the run dir names differ
+    assert sizes["actorq"] < 200_000, sizes
+
+
+def test_dataflow_job_request_stays_small_with_an_actorq_size_policy(tmp_path):
+    """The translated Dataflow job (request JSON and pipeline proto) does not grow with the payload."""
+    pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    args = DATAFLOW_ARGS + ["--dry_run=True", "--no_auth", "--sdk_location=container"]
+    sizes = {}
+    for name, nbytes in (("tiny", 100), ("actorq", ACTORQ_INT8_BYTES)):
+        options = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
+        pipeline = beam.Pipeline(runner=DataflowRunner(), options=options)
+        # The plan's run dir is local here only so that the test can publish a payload without GCS.
+        plan = _plan(str(tmp_path / name), evaluate=True, learn=_learn_plan())
+        rounds.build_round(pipeline, plan, _fake_payload(nbytes))
+        job = pipeline.run().job
+        sizes[name] = (len(job.json()), len(job.proto_pipeline.SerializeToString()))
+        names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
+        assert {"Publish", "Learn", "RollOut/StepEnvs"} <= names
+    for tiny, actorq in zip(sizes["tiny"], sizes["actorq"]):
+        assert actorq - tiny < 1_000 and actorq < 500_000, sizes
+
+
+# -- the learner inside the pipeline --------------------------------------------------------
+LAUNCHER = """
+import json, os, sys
+from core import config as config_lib
+from pipelines.train import train
+summary = train(config_lib.from_dict(json.loads(sys.argv[1])), sys.argv[2], progress=False)
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "ai_edge_litert", "tflite_runtime"))
+with open(sys.argv[3], "w") as f:
+    json.dump({"summary": summary, "heavy": heavy, "pid": os.getpid()}, f)
+"""
+
+
+def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_path):
+    """The learner runs as the round pipelines' Learn stage (DirectRunner worker processes): the launcher
+    process ends its run without TensorFlow, Keras or LiteRT in sys.modules, and the run learns to the
+    executor smoke test's threshold (tests/test_executors.py: 100), here within 2 rounds (4,096 env
+    steps; seed 0 scores 187 at its second evaluation) to halve the test's time."""
+    from test_executors import THRESHOLD, assert_complete_run_dir, small_config
+    budget = 4_096
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out.json")
+    cfg = small_config("beam", total_env_steps=budget)
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, config_lib.to_json(cfg), run_dir, out],
+                          capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)),
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out) as f:
+        result = json.load(f)
+    assert result["heavy"] == []
+    summary = result["summary"]
+    assert summary["executor"] == "beam" and summary["env_steps"] == budget
+    assert_complete_run_dir(run_dir, summary)
+    learned = max(summary["best_eval_return"], summary["final_eval"]["fp32"]["mean"])
+    assert learned >= THRESHOLD, summary
+    rounds_run = budget // (2 * 8 * 128)
+    workers = {rounds.read_record(run_dir, r, "learn")["worker"] for r in range(rounds_run)}
+    assert all(not w.endswith(f" pid {result['pid']}") for w in workers), workers   # never the launcher
+    assert rounds.read_record(run_dir, rounds_run - 1, "learn")["learner_steps"] == summary["learner_steps"]
+    assert 0 < summary["driver_bytes_in_per_env_step"] < 0.01 * summary["trajectory_bytes_per_env_step"]
+
+
+def test_a_rerun_round_with_its_learner_changes_nothing(tmp_path):
+    """Round 0 with the Learn stage, run twice (a retried pipeline): one checkpoint of round 0, the
+    same learner steps and loop counters, policy v2 written once with the same bytes."""
+    from core.checkpoint import Checkpointer
+    run_dir = str(tmp_path / "run")
+    plan = _plan(run_dir, learn=_learn_plan())
+    _run_round(plan, None)
+    first = rounds.read_record(run_dir, 0, "learn")
+    with open(os.path.join(run_dir, "policies", "v000002.tflite"), "rb") as f:
+        v2 = f.read()
+    _run_round(plan, None)
+    again = rounds.read_record(run_dir, 0, "learn")
+    ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"))
+    try:
+        assert [ckpt.metadata(s)["round"] for s in ckpt.all_steps()] == [-1, 0]
+        assert ckpt.all_steps() == [0, first["learner_steps"]] and first["learner_steps"] == 64  # 0.5 x 128 rows
+    finally:
+        ckpt.close()
+    same = lambda rec: {k: v for k, v in rec.items() if k not in ("learn_s", "setup_s")}   # timings
+    assert same(again) == same(first)
+    assert first["loop"]["env_steps"] == 128 and first["commit"]["rows"] == 128
+    with open(os.path.join(run_dir, "policies", "v000002.tflite"), "rb") as f:
+        assert f.read() == v2
 
 
 # -- one round, eagerly (in-memory DirectRunner) -----------------------------------------------
