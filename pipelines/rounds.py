@@ -349,7 +349,8 @@ class RoundLauncher:
         self.log.write("config", step=self.loop.env_steps, config=config_lib.to_dict(cfg))
         builder = self.learner.builder
         self.actor_specs = tuple(ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
-                                           cfg.env.max_episode_steps, cfg.threads.litert, builder.action_selector)
+                                           cfg.env.max_episode_steps, cfg.threads.litert, builder.action_selector,
+                                           frame_stack=getattr(cfg.agent, "frame_stack", 1))
                                  for a in range(cfg.actors.num_actors))
         self.per_shard = _actors_per_shard(cfg, self.learner.spec)
 
@@ -358,7 +359,8 @@ class RoundLauncher:
         steps = self.loop.env_steps
         explore = tuple(builder.exploration(cfg.agent, steps, a) for a in range(cfg.actors.num_actors))
         eval_args = (cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * r, cfg.env.max_episode_steps,
-                     builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes)
+                     builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes, True,
+                     getattr(cfg.agent, "frame_stack", 1))
         return RoundPlan(self.run_dir, r, self.actor_specs, explore, cfg.actors.steps_per_task,
                          self.per_shard, version, evaluate, eval_args, tuple(cfg.replay.writer_options().items()),
                          stage_cpu_sink(self.energy))
