@@ -235,8 +235,8 @@ def test_r2d2_pong_smoke(tmp_path, inference):
     run = str(tmp_path / "pong")
     summary = train(cfg, run, progress=False)
     assert summary["env_steps"] >= 1200 and summary["learner_steps"] >= 3
-    assert set(summary["final"]) == {"fp32", "int8-dynamic"}          # greedy evaluations with stacked frames
-    assert all(np.isfinite(v["mean"]) and -21 <= v["mean"] <= 21 for v in summary["final"].values())
+    assert set(summary["final_eval"]) == {"fp32", "int8-dynamic"}          # greedy evaluations with stacked frames
+    assert all(np.isfinite(v["mean"]) and -21 <= v["mean"] <= 21 for v in summary["final_eval"].values())
     if inference == "central":
         assert summary["inference"]["rejected"] == 0 and summary["inference"]["batches"] > 0
     # Committed shards: single uint8 frames and the recurrent state each step started from.
