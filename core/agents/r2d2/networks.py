@@ -29,8 +29,8 @@ input/output keeps every consumer of a :class:`core.quantize.PolicyPayload`
 unchanged. The state travels outside the model: actors carry it
 (:class:`core.agents.r2d2.actor.LSTMCarry`) and store the state each step
 started from as replay extras ``lstm_h``/``lstm_c``; the learner unrolls the
-same layers over sequences (:func:`unroll`): the feed-forward torso and head
-run once on all ``B * L`` rows, only the cell loops over time.
+same step over sequences (:func:`unroll`; with a conv torso, the torso and
+head run once on all ``B * L`` rows and only the cell loops over time).
 
 Layer names are explicit (``torso_*``, ``lstm_gates``, ``head_*``, ``q``,
 ``value_head_*``, ``value``): online and target networks share checkpoint
@@ -101,6 +101,10 @@ class _Parts:
         return cls(named("torso_"), net.get_layer("lstm_gates"), named("head_"), net.get_layer("q"),
                    named("value_head_"), net.get_layer("value") if "value" in names else None)
 
+    @property
+    def convolutional(self) -> bool:
+        return any(type(layer).__name__ == "Conv2D" for layer in self.torso)
+
     def features(self, obs):
         for layer in self.torso:
             obs = layer(obs)
@@ -140,15 +144,19 @@ def step(net, obs, h, c, num_actions: int) -> Tuple:
 def unroll(net, obs, h0, c0, num_actions: int, burn_in: int = 0):
     """Q-values ``[B, L, A]`` of ``net`` over ``obs [B, L, D]`` from the stored state ``(h0, c0)``.
 
-    Equal to ``L`` calls of :func:`step`, but the torso (a conv net on pixels)
-    and the head run once on all ``B * L`` rows. The first ``burn_in`` steps
-    only warm the state up (R2D2's burn-in): their states are cut with
-    ``tf.stop_gradient``, so no gradient reaches their observations, the
-    stored start state or (through their Q-values) the torso. ``L`` is
-    static, so the cell loop unrolls in the graph.
+    Equal to ``L`` calls of :func:`step`. An MLP torso runs exactly those
+    calls (the step model the actors run, bit for bit); a conv torso runs
+    once on all ``B * L`` rows and only the cell loops over time (``L``
+    copies of the conv stack would make a large graph of small convolutions).
+    The first ``burn_in`` steps only warm the state up (R2D2's burn-in):
+    their states (and Q-values) are cut with ``tf.stop_gradient``, so no
+    gradient reaches their observations or the stored start state. ``L`` is
+    static, so the loop unrolls in the graph.
     """
     import tensorflow as tf
     parts = _Parts.of(net)
+    if not parts.convolutional:
+        return _unroll_steps(net, obs, h0, c0, num_actions, burn_in)
     b, length = tf.shape(obs)[0], obs.shape[1]     # the batch may be dynamic, the length not
     feats = parts.features(tf.reshape(obs, [b * length, -1]))
     feats = tf.reshape(feats, [b, length, -1])
@@ -161,3 +169,16 @@ def unroll(net, obs, h0, c0, num_actions: int, burn_in: int = 0):
         hs_seq.append(h)
     q = parts.q(tf.reshape(tf.stack(hs_seq, axis=1), [b * length, -1]))
     return tf.reshape(q, [b, length, num_actions])
+
+
+def _unroll_steps(net, obs, h0, c0, num_actions: int, burn_in: int):
+    """:func:`unroll` as ``L`` calls of the step model."""
+    import tensorflow as tf
+    qs = []
+    h, c = h0, c0
+    for t in range(obs.shape[1]):
+        q, h, c = step(net, obs[:, t], h, c, num_actions)
+        if t < burn_in:
+            q, h, c = tf.stop_gradient(q), tf.stop_gradient(h), tf.stop_gradient(c)
+        qs.append(q)
+    return tf.stack(qs, axis=1)
