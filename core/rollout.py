@@ -13,7 +13,7 @@ starts it); an episode started in task ``k`` gets the counter ``(k << 10) | i``
 (see :func:`core.trajectory.make_episode_id`).
 
 Env state as data: every result carries ``next_state``, the actor's state
-after the task (envs, observations, episode bookkeeping, recurrent carry;
+after the task (envs, observations, episode bookkeeping, recurrent carry, frame stack;
 everything but the LiteRT interpreter). It is pickled only when the result
 leaves its process (a Dask transfer), in memory, never to disk: a snapshot
 costs ~2 ms, 13% of a CartPole task, so results that stay on their worker do
