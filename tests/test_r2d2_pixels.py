@@ -216,7 +216,7 @@ def test_local_actor_stacks_frames_and_stores_single_uint8_frames_with_their_sta
 
 _SMOKE = ["total_env_steps=1200", "env.num_envs=4", "replay.min_size=400", "agent.batch_size=4",
           "agent.sequence_length=12", "agent.burn_in=4", "agent.lstm_size=32", "agent.head=[32]",
-          "learner.replay_ratio=0.01", "actors.steps_per_task=20", "eval.every_env_steps=1000000",
+          "learner.replay_ratio=0.02", "actors.steps_per_task=20", "eval.every_env_steps=1000000",
           "eval.episodes=1", "env.max_episode_steps=200", "checkpoint.every_steps=1000000"]
 
 
