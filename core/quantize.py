@@ -282,7 +282,7 @@ class PolicyQuantizer:
         """Converts (or patches) ``keras_model``'s current weights into version ``version``."""
         input_dim, output_dim = _model_dims(keras_model)
         obs = _check_calibration(calibration_obs, self.precision, input_dim)
-        if self.patch:
+        if self.patch and FlatbufferPatcher.supports(keras_model):   # conv torsos are converted each version
             if self._patcher is None or not self._patcher.matches(keras_model):
                 self._patcher = FlatbufferPatcher(keras_model, self.precision)
             return self._patcher.patch(keras_model.get_weights(), version)
@@ -319,8 +319,10 @@ class FlatbufferPatcher:
 
     Built once per architecture: the network is cloned, given distinct nonzero
     random weights (so the converter neither drops zero biases nor shares equal
-    buffers) and converted. The k-th FULLY_CONNECTED op then holds the k-th
-    Dense layer's kernel (transposed to ``[out, in]``) and bias; ``patch``
+    buffers) and converted. Each FULLY_CONNECTED op holds one Dense layer's
+    kernel (transposed to ``[out, in]``) and bias; which layer is read from the
+    template's weights in the op (the converter may order parallel branches,
+    e.g. a dueling head's two streams, unlike ``model.layers``); ``patch``
     copies the flatbuffer and overwrites those buffers in place: float32,
     float16, or int8 plus its per-channel scales by :func:`quantize_symmetric`
     (the converter's own rule, bit for bit). Sizes, offsets and the graph do not
@@ -336,24 +338,59 @@ class FlatbufferPatcher:
             raise ValueError(f"cannot patch precision {precision!r}; patchable: "
                              f"{', '.join(PATCHABLE_PRECISIONS)}")
         dense = _dense_layers(model)
-        if len(dense) * 2 != len(model.get_weights()):
+        if not self.supports(model):
             raise ValueError("FlatbufferPatcher supports MLPs of Dense layers (kernel + bias) only")
         self.precision = precision
         self.input_dim, self.output_dim = _model_dims(model)
         self.shapes = tuple(tuple(w.shape) for w in model.get_weights())
         template = keras.models.clone_model(model)
         rng = np.random.default_rng(12345)
-        template.set_weights([rng.uniform(0.5, 1.0, s).astype(np.float32) * rng.choice([-1, 1], s)
-                              for s in self.shapes])
+        marks = [rng.uniform(0.5, 1.0, s).astype(np.float32) * rng.choice([-1, 1], s) for s in self.shapes]
+        template.set_weights(marks)
         start = time.perf_counter()
         self._template = convert(template, precision)
         self.build_seconds = time.perf_counter() - start
-        self._slots = self._locate(self._template, len(dense))
+        self._slots = self._locate(self._template, len(dense), marks[0::2])
+
+    @staticmethod
+    def supports(model) -> bool:
+        """True for networks whose only weights are Dense kernels and biases (what the patcher rewrites)."""
+        import keras
+        dense = _dense_layers(model)   # layers with a kernel: Conv2D has one too, so check the type
+        return (all(isinstance(layer, keras.layers.Dense) for layer in dense)
+                and len(dense) * 2 == len(model.get_weights()))
 
     def matches(self, model) -> bool:
         return tuple(tuple(w.shape) for w in model.get_weights()) == self.shapes
 
-    def _locate(self, data: bytes, num_layers: int) -> list[_Slot]:
+    @staticmethod
+    def _holds(tensor, view: np.ndarray, kernel: np.ndarray) -> bool:
+        """Whether FULLY_CONNECTED weights ``tensor`` (``[out, in]``) decode to the template ``kernel``."""
+        shape = tuple(tensor.ShapeAsNumpy())
+        if shape != kernel.shape[::-1]:
+            return False
+        if tensor.Type() == _TYPE_INT8:
+            got = view.view(np.int8).reshape(shape) * tensor.Quantization().ScaleAsNumpy().reshape(-1, 1)
+        elif tensor.Type() == _TYPE_FLOAT16:
+            got = view.view("<f2").reshape(shape).astype(np.float32)
+        else:
+            got = view.view("<f4").reshape(shape)
+        # Template entries are +-[0.5, 1): int8 and fp16 round by < 0.01, other layers differ by ~1.
+        return bool(np.allclose(got, kernel.T, atol=1e-2))
+
+    def _layer_of(self, graph, model, op, producers, kernels, taken) -> int:
+        """Index of the Dense layer whose template kernel FULLY_CONNECTED ``op`` holds."""
+        tensor = graph.Tensors(producers.get(int(op.Inputs(1)), int(op.Inputs(1))))
+        view = model.Buffers(tensor.Buffer()).DataAsNumpy()
+        if not isinstance(view, np.ndarray):
+            raise ValueError("a FULLY_CONNECTED weight buffer is external")
+        found = [i for i, k in enumerate(kernels) if i not in taken and self._holds(tensor, view, k)]
+        if len(found) != 1:
+            raise ValueError(f"a FULLY_CONNECTED op with weights {tensor.ShapeAsNumpy()} matches "
+                             f"{len(found)} Dense layers; expected exactly one")
+        return found[0]
+
+    def _locate(self, data: bytes, num_layers: int, kernels: Sequence[np.ndarray]) -> list[_Slot]:
         from ai_edge_litert import schema_py_generated as schema
         buf = bytearray(data)
         base = np.frombuffer(buf, np.uint8)
@@ -371,8 +408,10 @@ class FlatbufferPatcher:
                 fc_ops.append(op)
         if len(fc_ops) != num_layers:
             raise ValueError(f"expected {num_layers} FULLY_CONNECTED ops, found {len(fc_ops)}")
-        slots, used_buffers = [], set()
-        for layer, op in enumerate(fc_ops):
+        slots, used_buffers, taken = [], set(), set()
+        for op in fc_ops:
+            layer = self._layer_of(graph, model, op, producers, kernels, taken)
+            taken.add(layer)
             for role, weight_index in ((1, 2 * layer), (2, 2 * layer + 1)):
                 t_index = producers.get(int(op.Inputs(role)), int(op.Inputs(role)))
                 if t_index < 0:

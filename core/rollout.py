@@ -13,7 +13,7 @@ starts it); an episode started in task ``k`` gets the counter ``(k << 10) | i``
 (see :func:`core.trajectory.make_episode_id`).
 
 Env state as data: every result carries ``next_state``, the actor's state
-after the task (envs, observations, episode bookkeeping, recurrent carry;
+after the task (envs, observations, episode bookkeeping, recurrent carry, frame stack;
 everything but the LiteRT interpreter). It is pickled only when the result
 leaves its process (a Dask transfer), in memory, never to disk: a snapshot
 costs ~2 ms, 13% of a CartPole task, so results that stay on their worker do
@@ -72,6 +72,7 @@ class ActorSpec:
     litert_threads: int = 1
     selector: str = "epsilon_greedy"    # action selector in core.exploration
     first_task: int = 0                 # the task the actor is built at from seeds (no state before it)
+    frame_stack: int = 1                # pixels: the policy sees the last k frames (replay stores one)
 
 
 @dataclasses.dataclass
@@ -117,6 +118,7 @@ class ActorState:
         self.next_task = task_index
         self.policy = None
         self.carry = None          # recurrent policies: state carried between steps and tasks
+        self.stacker = _frame_stacker(spec.frame_stack)   # None without frame stacking
         self.env_spec = env_spec(spec.env_id)
         self.select = SELECTORS[spec.selector]
         self.lock = threading.Lock()   # held while a task steps this state (LiveState never sees it mid-task)
@@ -155,7 +157,8 @@ class ActorState:
             self.policy = LiteRTPolicy(payload, batch_size=self.spec.num_envs,
                                        num_threads=self.spec.litert_threads)
             if not getattr(self, "has_carry", False):   # a restored state keeps its recurrent carry
-                self.carry = make_carry(self.spec.selector, payload, self.spec.num_envs, self.env_spec.obs_dim)
+                self.carry = make_carry(self.spec.selector, payload, self.spec.num_envs,
+                                        self.env_spec.obs_dim * self.spec.frame_stack)
                 self.has_carry = True
         elif self.policy.version != payload.version:
             self.policy.update(payload)
@@ -194,6 +197,14 @@ class FrozenState:
         return self._blob
 
 
+def _frame_stacker(k: int):
+    """The inference server's FrameStacker for ``k > 1`` (one stacking rule for both paths), else None."""
+    if k <= 1:
+        return None
+    from core.inference.server import FrameStacker   # numpy-only at import; no gRPC
+    return FrameStacker(k)
+
+
 def _env_seed(spec: ActorSpec, task_index: int) -> int:
     return int(np.random.SeedSequence([spec.seed, spec.actor_id, task_index]).generate_state(1)[0] % (2**31 - 1))
 
@@ -225,7 +236,11 @@ def rollout(state: ActorState, payload, task_index: int, num_steps: int,
         obs = state.obs
         last = state.obs_terminated | state.obs_truncated
         t0 = time.perf_counter()
-        x = obs.reshape(e, -1).astype(np.float32, copy=False)
+        if state.stacker is not None:   # stacked like the inference server stacks (step 0: a new episode)
+            obs_in = state.stacker(obs, state.step == 0)
+        else:
+            obs_in = obs
+        x = obs_in.reshape(e, -1).astype(np.float32, copy=False)
         if state.carry is None:
             out, carried = state.policy(x), {}
         else:  # recurrent: [obs, state] -> [out, state'], zeroed at episode starts; state stored as extras

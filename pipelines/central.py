@@ -38,6 +38,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from core.evaluation import run_evaluation_task
 from pipelines import stages
 from pipelines.driver import Trainer
 
@@ -101,24 +102,6 @@ class CentralTrainer(Trainer):
                 self.async_quantizer.close()
                 self.async_quantizer = AsyncQuantizer(self.learner.policy_model, self.cfg.actors.precision,
                                                       patch=False)
-
-    def _finish_stacked(self, start: float) -> Dict[str, Any]:
-        """The driver's ``_finish``; with stacked frames its final evaluation must stack them too.
-
-        ``Trainer._finish`` looks ``core.evaluation.evaluate_payload`` up at call
-        time, so it is pointed at :func:`evaluate_stacked` for the duration of
-        the call (the driver is shared code and stays unchanged).
-        """
-        from core import evaluation
-        k = getattr(self.cfg.agent, "frame_stack", 1)
-        if k == 1:
-            return self._finish(start, [])
-        original = evaluation.evaluate_payload
-        evaluation.evaluate_payload = functools.partial(evaluate_stacked, frame_stack=k)
-        try:
-            return self._finish(start, [])
-        finally:
-            evaluation.evaluate_payload = original
 
     def _publish(self, payload) -> None:
         super()._publish(payload)
@@ -256,10 +239,10 @@ class CentralTrainer(Trainer):
                 next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
                 self.n_evals += 1
                 evals.append(evaluator.submit(
-                    _evaluation_task, self.payload, cfg.env.id, cfg.eval.episodes,
+                    run_evaluation_task, self.payload, cfg.env.id, cfg.eval.episodes,
                     cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
                     self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
-                    getattr(cfg.agent, "frame_stack", 1)))
+                    frame_stack=getattr(cfg.agent, "frame_stack", 1)))
             for fut in [f for f in evals if f.done()]:
                 evals.remove(fut)
                 stop |= self._on_evaluation(fut.result(), start)
@@ -286,52 +269,10 @@ class CentralTrainer(Trainer):
         self.log.write("inference", step=self.loop.env_steps, **self.server.stats())
         self._checkpoint()
         self.ckpt.wait()
-        summary = self._finish_stacked(start)
+        summary = self._finish(start, [])     # evaluations stack frames themselves (core.evaluation)
         summary["inference"] = self.server.stats()
         self._shutdown()
         return summary
-
-
-def evaluate_stacked(payload, env_id: str, episodes: int = 20, seed: int = 10_000, selector: str = "categorical",
-                     max_episode_steps=None, num_threads: int = 1, frame_stack: int = 1) -> np.ndarray:
-    """:func:`core.evaluation.evaluate_payload` for policies on ``frame_stack`` stacked frames.
-
-    Stacks frames with the server's :class:`FrameStacker`, so evaluation sees
-    exactly the inputs actors see in central mode. Returns per-episode returns
-    (the env's stepped reward: clipped for ``atari:<Game>``, raw for ``-raw``).
-    """
-    from core.envs import env_spec, make_vector_env
-    from core.exploration import SELECTORS, greedy_params
-    from core.inference.server import FrameStacker
-    from core.policy import LiteRTPolicy
-    envs, obs = make_vector_env(env_id, episodes, seed, max_episode_steps)
-    policy = LiteRTPolicy(payload, batch_size=episodes, num_threads=num_threads)
-    stacker, rng = FrameStacker(frame_stack), np.random.default_rng(seed)
-    select, params, spec = SELECTORS[selector], greedy_params(selector), env_spec(env_id)
-    returns, done = np.zeros(episodes), np.zeros(episodes, bool)
-    new = np.ones(episodes, bool)
-    try:
-        while not done.all():
-            x = stacker(obs, new).reshape(episodes, -1).astype(np.float32, copy=False)
-            action, _ = select(policy(x), params, rng, spec)
-            obs, reward, terminated, truncated, _ = envs.step(action)
-            returns += np.where(done, 0.0, reward)
-            done |= terminated | truncated
-            new = np.zeros(episodes, bool)
-    finally:
-        envs.close()
-    return returns.astype(np.float32)
-
-
-def _evaluation_task(payload, env_id, episodes, seed, max_episode_steps, selector, target, confirm, frame_stack):
-    """``core.evaluation.run_evaluation_task`` with frame stacking (same result dict)."""
-    from core.evaluation import run_evaluation_task
-    if frame_stack == 1:
-        return run_evaluation_task(payload, env_id, episodes, seed, max_episode_steps, selector, target, confirm)
-    r = evaluate_stacked(payload, env_id, episodes, seed, selector, max_episode_steps, frame_stack=frame_stack)
-    return {"version": int(payload.version), "precision": payload.precision, "episodes": episodes,
-            "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()), "returns": r.tolist(),
-            "confirmed_mean": None}
 
 
 class _Result:

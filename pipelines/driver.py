@@ -139,7 +139,8 @@ class Trainer:
         first_block = max([self.loop.block - 1, *self.precommitted]) + 1
         self.actor_specs = [ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
                                       cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector,
-                                      first_task=first_block * self.plan.tasks_per_block)
+                                      first_task=first_block * self.plan.tasks_per_block,
+                                      frame_stack=getattr(cfg.agent, "frame_stack", 1))
                             for a in range(cfg.actors.num_actors)]
         self.log.write("placement", step=self.loop.env_steps, **self._placement())
 
@@ -452,7 +453,8 @@ class Trainer:
             stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
             cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
             self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
-            keep_returns=False, key=f"eval-{self.run_id}-{self.n_evals}")
+            keep_returns=False, frame_stack=getattr(cfg.agent, "frame_stack", 1),
+            key=f"eval-{self.run_id}-{self.n_evals}")
 
     # -- 4. stalls ---------------------------------------------------------------------
     def _watch(self, f: Flight, progressed: bool) -> None:

@@ -120,7 +120,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     cfg, builder, payload, label = policy_payload(args.run_dir, args.checkpoint, args.precision, args.seed + 1)
     precision = payload.precision
     returns = evaluate_payload(payload, cfg.env.id, args.episodes, seed=args.seed,
-                               selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps)
+                               selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps,
+                               frame_stack=getattr(cfg.agent, "frame_stack", 1))
     print_table(["run", "parameters", "precision", "episodes", "mean return", "std", "min", "max", "payload bytes"],
                 [[args.run_dir, label, precision, args.episodes, f"{returns.mean():.1f}", f"{returns.std():.1f}",
                   f"{returns.min():.0f}", f"{returns.max():.0f}", f"{payload.nbytes:,}"]])

@@ -87,7 +87,8 @@ class RoundLauncher:
                        actors={str(a): "Beam stage RollOut (runner workers)" for a in range(cfg.actors.num_actors)})
         self.builder = get_builder(cfg.agent.algo)   # the registry imports no TensorFlow
         self.actor_specs = tuple(ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
-                                           cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector)
+                                           cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector,
+                                           frame_stack=getattr(cfg.agent, "frame_stack", 1))
                                  for a in range(cfg.actors.num_actors))
         self.per_shard = _actors_per_shard(cfg, env_spec(cfg.env.id))
 
@@ -106,7 +107,8 @@ class RoundLauncher:
         steps = self.loop.env_steps
         explore = tuple(builder.exploration(cfg.agent, steps, a) for a in range(cfg.actors.num_actors))
         eval_args = (cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * r, cfg.env.max_episode_steps,
-                     builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes)
+                     builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes, True,
+                     getattr(cfg.agent, "frame_stack", 1))
         return RoundPlan(self.run_dir, r, self.actor_specs, explore, cfg.actors.steps_per_task,
                          self.per_shard, version, evaluate, eval_args, tuple(cfg.replay.writer_options().items()),
                          stage_cpu_sink(self.energy), self.learn_plan)

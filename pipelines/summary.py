@@ -86,7 +86,8 @@ def final_evaluation(cfg, learner, builder, run_dir: str, policy_version: int,
             learner.policy_model, version=policy_version,
             calibration_obs=calibration_obs if precision == "int8-full" else None)
         returns = evaluate_payload(payload, cfg.env.id, cfg.eval.episodes, seed=cfg.seed + 900_000,
-                                   selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps)
+                                   selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps,
+                                   frame_stack=getattr(cfg.agent, "frame_stack", 1))
         final[precision] = {"mean": float(returns.mean()), "std": float(returns.std()),
                             "payload_bytes": int(payload.nbytes)}
         if precision == cfg.actors.precision:

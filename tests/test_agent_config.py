@@ -26,7 +26,7 @@ BAD_VALUES = {
              "policy_learning_rate": 0.0, "critic_learning_rate": 1.0, "batch_size": 0, "tau": 0.0,
              "target_update_period": 0, "max_grad_norm": 0.0, "sigma": -0.1, "sigma_min": -0.1,
              "noise_ladder": -1, "policy_hidden": [], "critic_hidden": [16, 0]},
-    "r2d2": {"torso": [0], "lstm_size": 0, "head": [-1], "gamma": 1.01, "n_step": 0, "sequence_length": 1,
+    "r2d2": {"torso": [0], "frame_stack": 0, "lstm_size": 0, "head": [-1], "gamma": 1.01, "n_step": 0, "sequence_length": 1,
              "burn_in": -1, "value_rescaling_eps": 0.0, "learning_rate": 0.0, "adam_eps": 0.0, "batch_size": 0,
              "target_update_period": 0, "max_grad_norm": 0.0, "priority_eta": 1.5, "priority_exponent": -0.5,
              "importance_exponent": 2.0, "epsilon.base": 1.5, "epsilon.alpha": -1.0, "epsilon.num_actors": 0},

@@ -385,7 +385,7 @@ class InferenceServer:
     def _open_stream(self, actor_id: int, num_envs: int) -> "_Stream":
         """A new connection: fresh episodes, a fresh recurrent state; the actor's stale one is dropped."""
         conn = next(self._connections)
-        carry = make_carry(self.selector, self._first_payload, num_envs, self.spec.obs_dim)
+        carry = make_carry(self.selector, self._first_payload, num_envs, self.spec.obs_dim * self.frame_stack)
         with self._lock:
             self.active_streams += 1
             self.connections_opened += 1

@@ -22,7 +22,10 @@ The same carry serves both inference paths: a local actor calls it with its
 own LiteRT policy; the central inference server keeps one per connected actor
 and splits the call around its dynamic batcher (:meth:`LSTMCarry.inputs`, the
 batched policy call across actors, :meth:`LSTMCarry.absorb`), so both paths
-store the same extras for the same observations.
+store the same extras for the same observations. With pixels the carry gets
+the stacked frames (``obs_dim = k * H * W``): local actors
+(:mod:`core.rollout`) and the server stack them with the same FrameStacker
+before the carry, so ``obs`` here is always the step model's observation part.
 
 Example::
 

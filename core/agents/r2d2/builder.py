@@ -10,6 +10,11 @@ unchanged on the local, Dask and Beam executors. With ``inference: central``
 recurrent step across actors and stores the same extras
 (:mod:`core.inference.server`); each actor keeps its own rung of the ladder.
 Both paths feed the same prioritized sequence sampler.
+
+Pixels (``torso: nature_cnn``, ``frame_stack: k``): actors and the server
+stack the last ``k`` frames into the step model's input; replay stores single
+frames and the sampler reads ``k - 1`` extra leading rows of frame history per
+sequence, which count as burn-in (:mod:`core.agents.r2d2.learning`).
 """
 from __future__ import annotations
 
@@ -28,7 +33,9 @@ class R2D2Builder(AgentBuilder):
 
     def make_sampler(self, cache, agent_cfg):
         from core.agents.r2d2.sampler import PrioritizedSequenceSampler
-        return PrioritizedSequenceSampler(cache, length=agent_cfg.sequence_length, burn_in=agent_cfg.burn_in,
+        history = agent_cfg.frame_stack - 1      # rows that only feed the first stacked frames
+        return PrioritizedSequenceSampler(cache, length=agent_cfg.sequence_length + history,
+                                          burn_in=agent_cfg.burn_in + history,
                                           alpha=agent_cfg.priority_exponent, beta=agent_cfg.importance_exponent)
 
     def exploration(self, agent_cfg, env_steps: int, actor_id: int) -> Dict[str, float]:
@@ -43,6 +50,12 @@ class R2D2Builder(AgentBuilder):
 
     def check_config(self, cfg) -> None:
         from core.config import ConfigError
+        from core.envs import env_spec
+        a, shape = cfg.agent, tuple(env_spec(cfg.env.id).obs_shape)
+        if (a.torso == "nature_cnn" or a.frame_stack > 1) and len(shape) not in (2, 3):
+            what = "agent.torso 'nature_cnn'" if a.torso == "nature_cnn" else f"agent.frame_stack {a.frame_stack}"
+            raise ConfigError(f"{what} needs image observations [H, W] or [H, W, C]; {cfg.env.id} has "
+                              f"shape {list(shape)} (valid: an atari:<Game> env, or an MLP torso and frame_stack 1)")
         if cfg.actors.precision == "int8-full":
             raise ConfigError("agent 'r2d2' does not support actors.precision 'int8-full' (calibration needs the "
                               "recurrent state inputs); valid: fp32, fp16, int8-dynamic")

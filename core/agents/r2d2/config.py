@@ -11,6 +11,13 @@ up to ``sequence_length - burn_in`` learning rows, so a ``learner.replay_ratio``
 (learner steps per env step) of 0.03 trains on about ``0.03 * 32 * 30 = 29``
 rows per env step, like DQN's ``0.5 * 64 = 32`` (configs/pomdp-cartpole-r2d2.yaml).
 
+**Pixels** (``torso: nature_cnn``, configs/pong-r2d2.yaml): the Nature-DQN
+conv torso of :func:`core.networks.nature_cnn_layers` (SEED RL's Atari
+torso) on ``frame_stack`` stacked frames, an LSTM and, with ``dueling``, a
+dueling head (SEED's ``DuelingLSTMDQNNet``). Replay stores each frame once;
+the sampler reads ``frame_stack - 1`` extra leading rows so the learner can
+restack them (:mod:`core.agents.r2d2.learning`).
+
 The ladder needs the number of actors, which the builder's
 ``exploration(agent_cfg, env_steps, actor_id)`` does not see: set
 ``epsilon.num_actors`` to ``actors.num_actors``.
@@ -18,7 +25,7 @@ The ladder needs the number of actors, which the builder's
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Literal
+from typing import List, Literal, Union
 
 
 @dataclasses.dataclass
@@ -35,9 +42,12 @@ class EpsilonLadderConfig:
 @dataclasses.dataclass
 class R2D2Config:
     algo: Literal["r2d2"] = "r2d2"
-    torso: List[int] = dataclasses.field(default_factory=lambda: [64])   # obs MLP before the LSTM
+    # Widths of the obs MLP before the LSTM, or "nature_cnn" (pixels: conv torso, see module docstring).
+    torso: Union[List[int], Literal["nature_cnn"]] = dataclasses.field(default_factory=lambda: [64])
+    frame_stack: int = 1               # pixels: frames stacked on the channel axis (single frames are stored)
     lstm_size: int = 64
     head: List[int] = dataclasses.field(default_factory=lambda: [64])    # MLP between LSTM and Q
+    dueling: bool = False              # Q = V + A - mean(A), each stream with its own ``head`` MLP (R2D2)
     gamma: float = 0.99
     n_step: int = 5
     sequence_length: int = 40          # rows per replayed sequence, burn-in included
@@ -56,7 +66,9 @@ class R2D2Config:
 
 #: key -> (predicate, valid range), checked by core.config.validate
 RANGES = {
-    "torso": (lambda v: all(h >= 1 for h in v), "list of widths >= 1 (may be empty)"),
+    "torso": (lambda v: v == "nature_cnn" or all(h >= 1 for h in v),
+              "'nature_cnn' or a list of widths >= 1 (may be empty)"),
+    "frame_stack": (lambda v: 1 <= v <= 16, "1..16"),
     "lstm_size": (lambda v: 1 <= v <= 4096, "1..4096"),
     "head": (lambda v: all(h >= 1 for h in v), "list of widths >= 1 (may be empty)"),
     "gamma": (lambda v: 0.0 <= v <= 1.0, "0..1"),

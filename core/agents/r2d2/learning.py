@@ -10,6 +10,14 @@ One step on a batch of ``B`` sequences of ``L`` rows (from
     loss           = mean_b w_b * sum_t valid_bt (y_bt - Q_on(o_bt, a_bt))^2 / 2 / sum_t valid_bt
     priority_b     = eta max_t |delta_bt| + (1 - eta) mean_t |delta_bt|   -> returned as "td_abs"
 
+**Pixels** (``frame_stack = k > 1``): replay stores single frames, so the
+sampler hands ``L + k - 1`` rows; :meth:`R2D2Learner.prepare` restacks them
+with :func:`core.agents.vtrace.learning.stack_frames` (row ``j`` stacks
+stored rows ``j .. j + k - 1``, the inference server's and the actors'
+order), drops the ``k - 1`` history rows of every other field and starts from
+the state stored at row ``k - 1``, the first stacked row. The first ``k - 1``
+rows of an episode are therefore history only, never a training row.
+
 The math is in :mod:`core.agents.r2d2.losses`; the network in
 :mod:`core.agents.r2d2.networks`. ``step`` returns the new sequence
 priorities as ``td_abs`` ``[B]``, which :func:`pipelines.stages.learn_stage`
@@ -31,6 +39,8 @@ import tensorflow as tf
 from core.agents.r2d2.config import R2D2Config
 from core.agents.r2d2.losses import double_q_targets, nstep_indices, sequence_priorities
 from core.agents.r2d2.networks import recurrent_q_network, unroll
+from core.agents.vtrace.learning import stack_frames
+from core.agents.vtrace.networks import input_dim
 
 
 class R2D2Learner:
@@ -45,8 +55,9 @@ class R2D2Learner:
         self.cfg, self.spec = cfg, spec
         self.num_actions = int(spec.num_actions)
         keras.utils.set_random_seed(seed)
-        build = lambda name: recurrent_q_network(spec.obs_dim, self.num_actions, cfg.torso, cfg.lstm_size,  # noqa
-                                                 cfg.head, name=name, seed=seed)
+        build = lambda name: recurrent_q_network(  # noqa: E731
+            input_dim(spec.obs_shape, cfg.frame_stack), self.num_actions, cfg.torso, cfg.lstm_size, cfg.head,
+            name=name, seed=seed, dueling=cfg.dueling, frame_shape=spec.obs_shape, frame_stack=cfg.frame_stack)
         self.q = build("r2d2_q")
         self.target = build("r2d2_q_target")
         self.target.set_weights(self.q.get_weights())
@@ -84,17 +95,23 @@ class R2D2Learner:
     def _train_step(self, obs, h0, c0, action, ret, boot, disc, valid, weight):
         return self._update(obs, h0, c0, action, ret, boot, disc, valid, weight)
 
+    @property
+    def history(self) -> int:
+        """Leading rows per sampled sequence used only as frame history (``frame_stack - 1``)."""
+        return self.cfg.frame_stack - 1
+
     def prepare(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Host-side inputs of one step from a ``[B, L, ...]`` sequence batch."""
-        cfg = self.cfg
-        mask = batch["mask"]
-        last = batch["terminated"] | batch["truncated"]
-        ret, boot, disc, valid = nstep_indices(batch["reward"], batch["discount"], last, mask,
+        """Host-side inputs of one step from a ``[B, L + history, ...]`` sequence batch."""
+        cfg, k = self.cfg, self.history
+        cut = lambda x: x[:, k:]  # noqa: E731   history rows only feed the frame stack
+        mask = cut(batch["mask"])
+        last = cut(batch["terminated"]) | cut(batch["truncated"])
+        ret, boot, disc, valid = nstep_indices(cut(batch["reward"]), cut(batch["discount"]), last, mask,
                                                cfg.n_step, cfg.gamma, cfg.burn_in)
-        b, length = mask.shape
-        return {"obs": batch["observation"].reshape(b, length, -1).astype(np.float32, copy=False),
-                "h0": batch["extras/lstm_h"][:, 0].astype(np.float32), "c0": batch["extras/lstm_c"][:, 0].astype(np.float32),
-                "action": batch["action"].astype(np.int32), "ret": ret, "boot": boot, "disc": disc,
+        obs = stack_frames(batch["observation"][None], cfg.frame_stack, self.spec.obs_shape)[0]
+        return {"obs": obs, "h0": batch["extras/lstm_h"][:, k].astype(np.float32),
+                "c0": batch["extras/lstm_c"][:, k].astype(np.float32),
+                "action": cut(batch["action"]).astype(np.int32), "ret": ret, "boot": boot, "disc": disc,
                 "valid": valid.astype(np.float32), "weight": np.asarray(batch["weight"], np.float32)}
 
     def step(self, batch: Dict[str, np.ndarray]) -> Dict[str, Any]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Sequence, Tuple
 
-from core.networks import mlp
+from core.networks import mlp, nature_cnn_layers
 
 
 def input_dim(obs_shape: Tuple[int, ...], frame_stack: int = 1) -> int:
@@ -33,21 +33,13 @@ def input_dim(obs_shape: Tuple[int, ...], frame_stack: int = 1) -> int:
 
 
 def nature_cnn(obs_shape: Tuple[int, ...], frame_stack: int, out_dim: int, name: str, seed: int = 0):
-    """Nature-DQN conv torso + linear head on a flat ``H*W*C*k`` input (see module docstring)."""
+    """Nature-DQN conv torso (:func:`core.networks.nature_cnn_layers`) + linear head on a flat ``H*W*C*k`` input."""
     import keras
-    h, w = int(obs_shape[0]), int(obs_shape[1])
-    c = (int(obs_shape[2]) if len(obs_shape) > 2 else 1) * int(frame_stack)
-    init = lambda i: keras.initializers.GlorotUniform(seed=seed + i)  # noqa: E731
+    n = input_dim(obs_shape, frame_stack)
     return keras.Sequential([
-        keras.Input(shape=(h * w * c,), dtype="float32", name="observation"),
-        keras.layers.Reshape((h, w, c)),
-        keras.layers.Rescaling(1.0 / 255.0),
-        keras.layers.Conv2D(32, 8, strides=4, activation="relu", kernel_initializer=init(0)),
-        keras.layers.Conv2D(64, 4, strides=2, activation="relu", kernel_initializer=init(1)),
-        keras.layers.Conv2D(64, 3, strides=1, activation="relu", kernel_initializer=init(2)),
-        keras.layers.Flatten(),
-        keras.layers.Dense(512, activation="relu", kernel_initializer=init(3)),
-        keras.layers.Dense(out_dim, kernel_initializer=init(4)),
+        keras.Input(shape=(n,), dtype="float32", name="observation"),
+        *nature_cnn_layers(obs_shape, frame_stack, seed),
+        keras.layers.Dense(out_dim, kernel_initializer=keras.initializers.GlorotUniform(seed=seed + 4)),
     ], name=name)
 
 
