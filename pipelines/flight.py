@@ -49,12 +49,13 @@ class Flight:
     block_ref: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # block -> its version
     writes: Dict[int, Any] = dataclasses.field(default_factory=dict)                # block -> write future
     last_task: Dict[int, Any] = dataclasses.field(default_factory=dict)             # actor -> latest rollout
-    calls: Deque[int] = dataclasses.field(default_factory=deque)                    # learner calls left in block
+    learning: Any = None                 # the learner stage's call for block loop.block, while it runs
+    learning_since: float = 0.0
     evals: Deque[Tuple[int, Any, int]] = dataclasses.field(default_factory=deque)    # (block, future, env steps)
     eval_submitted: Dict[Any, float] = dataclasses.field(default_factory=dict)       # future -> submit time
     recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
     lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
-    driver_bytes: int = 0                # pickled size of every result the driver materialized
+    driver_bytes: int = 0                # pickled size of every result the driver materialized (stages' too)
     trajectory_bytes: int = 0            # in-memory size of the committed batches
     last_progress: float = 0.0
     slowest_task_s: float = 0.0          # slowest rollout or evaluation so far (the stall bound is 10x)
@@ -62,7 +63,7 @@ class Flight:
     stop: bool = False
     busy_s: Dict[str, float] = dataclasses.field(default_factory=dict)   # driver seconds per loop phase
     idle_s: Dict[str, float] = dataclasses.field(   # driver (learner) idle seconds, by what it waited for
-        default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "other": 0.0})
+        default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "learner": 0.0, "other": 0.0})
 
     @classmethod
     def begin(cls, trainer: "Trainer") -> "Flight":
@@ -75,7 +76,7 @@ class Flight:
         return cls(start=now, plan=trainer.plan, base_block=loop.block,
                    initial=(trainer.payload_ref, trainer.loop.policy_version), next_submit=first_new,
                    next_commit=loop.block, precommitted=pre, next_eval=(loop.env_steps // every + 1) * every,
-                   last_ckpt_step=trainer.learner.steps, last_broadcast_step=trainer.learner.steps,
+                   last_ckpt_step=trainer.learner_steps, last_broadcast_step=trainer.learner_steps,
                    last_progress=now)
 
     def timed(self, phase: str, fn, *args, **kwargs):
@@ -92,8 +93,10 @@ class Flight:
         return self.initial if pb < self.base_block else self.versions.get(pb)
 
     def waiting_for(self) -> List[Tuple[str, Any]]:
-        """What the next commit waits for, named: the write (or its rollouts) or an evaluation."""
+        """What the next commit waits for, named: the learner block, the write (or its rollouts), an evaluation."""
         c = self.next_commit
+        if self.learning is not None and not self.learning.done():
+            return [(f"learner block {c - 1}", self.learning)]
         out = [(f"evaluation of block {b}", fut) for b, fut, _ in self.evals
                if b <= self.plan.decides_stop_before(c) and not fut.done()]
         fut = self.writes.get(c)

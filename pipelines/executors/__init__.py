@@ -7,6 +7,10 @@ Every executor offers the same five calls, used by :mod:`pipelines.driver`::
     ex.wait(futures, timeout) -> list of done futures
     ex.workers() -> dict of per-worker info
     ex.close()
+
+and the Dask executor one more, for a stage that holds state (the learner)::
+
+    ex.place(cls, *args, resources={"GPU": 1}) -> handle   # pipelines.executors.dask_stage
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ def make_executor(kind: str, cfg):
         from pipelines.executors.dask import DaskExecutor
         return DaskExecutor(address=cfg.dask.address, n_workers=cfg.dask.n_workers,
                             threads_per_worker=cfg.dask.threads_per_worker,
-                            retries=cfg.dask.task_retries, thread_env=_thread_env(cfg))
+                            retries=cfg.dask.task_retries, thread_env=_thread_env(cfg),
+                            learner_resources=cfg.learner.resources)
     raise ValueError(f"unknown executor {kind!r}; valid: local, dask")
 
 
