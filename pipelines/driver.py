@@ -103,6 +103,7 @@ class Trainer:
         self.eval_versions: set = set()              # versions being evaluated (their params are kept)
         self.asked_version = 0                       # newest version asked of the stage
         self.learner_steps = 0
+        self.stage_bytes_in = 0                      # results of learner stage calls from a worker
         self.n_evals = 0
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
         if self.resume:
@@ -158,7 +159,7 @@ class Trainer:
                 "actors": {str(a): w for a, w in actors.items()}, "executor": self.cfg.executor}
 
     def _restore(self) -> None:
-        out = self.stage.run("restore")
+        out = self._stage_run("restore")
         loop = json.loads(out["loop"])
         self.learner_steps = out["steps"]
         self.loop = LoopState(**loop)
@@ -184,11 +185,11 @@ class Trainer:
 
     def _new_version(self, blocking: bool) -> None:
         """Quantize the learner's policy as the next version and broadcast it (stage.new_version)."""
-        self._on_version(self.stage.run("new_version", self._next_version(), self._keep_versions(), blocking))
+        self._on_version(self._stage_run("new_version", self._next_version(), self._keep_versions(), blocking))
 
     def _poll_async_version(self) -> None:
         if self.stage.address is None and self.async_quantizer is not None:
-            self._on_version(self.stage.run("poll_version"))
+            self._on_version(self._stage_run("poll_version"))
 
     def _on_version(self, out: Dict[str, Any]) -> None:
         """Write a stage call's records; publish the version it made, if any."""
@@ -255,8 +256,9 @@ class Trainer:
                 pass
         for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
             fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
-        self.driver_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
+        self.task_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
         self.log.write("schedule", step=self.loop.env_steps, blocks=self.loop.block, wall_s=time.time() - f.start,
+                       driver_bytes_in={"tasks": f.driver_bytes, "learner_stage": self.stage_bytes_in},
                        idle_s={k: round(v, 3) for k, v in f.idle_s.items()},
                        busy_s={k: round(v, 3) for k, v in f.busy_s.items()}, task_retries=f.retries)
         self._checkpoint()
@@ -268,6 +270,15 @@ class Trainer:
         """Close the learner stage (its checkpoint writes finish) and the metrics log."""
         self.stage.close()
         self.log.close()
+
+    def _stage_run(self, method: str, *args: Any) -> Any:
+        return self._from_stage(self.stage.run(method, *args))
+
+    def _from_stage(self, result: Any) -> Any:
+        """A learner stage call's result, counted in ``driver_bytes_in`` when it crossed from a worker."""
+        if self.stage.address is not None:
+            self.stage_bytes_in += len(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        return result
 
     def _materialize(self, f: Flight, fut) -> Any:
         """``fut.result()``, counting what the driver receives (``driver_bytes_in_per_env_step``)."""
@@ -391,7 +402,7 @@ class Trainer:
                 return False
             call, f.learning = f.learning, None
             f.slowest_task_s = max(f.slowest_task_s, time.time() - f.learning_since)
-            f.timed("end_block", self._end_block, f, b, self._materialize(f, call))
+            f.timed("end_block", self._end_block, f, b, self._from_stage(call.result()))
             return True
         if f.next_commit <= b or f.stop:
             return False
@@ -491,26 +502,31 @@ class Trainer:
         if score > self.loop.best_return:
             self.loop.best_return = score
             self.loop.best_version = result["version"]
-            self.stage.run("save_best", result["version"], json.dumps(result))
+            self._stage_run("save_best", result["version"], json.dumps(result))
         return summary_lib.record_target(cfg, self.loop, result)
 
     def _checkpoint(self) -> None:
-        self.stage.run("checkpoint", json.dumps(dataclasses.asdict(self.loop)))
+        self._stage_run("checkpoint", json.dumps(dataclasses.asdict(self.loop)))
 
     # -- end of run -------------------------------------------------------------
     def _finish(self, start: float, lags) -> Dict[str, Any]:
         """Evaluate the best (or final) policy at fp32 and at the actors' precision (in the stage)."""
         wall = time.time() - start
-        out = self.stage.run("finish", self.loop.best_version, self.loop.policy_version)
+        out = self._stage_run("finish", self.loop.best_version, self.loop.policy_version)
         self._write_records(out["records"])
         summary = summary_lib.build_summary(self.cfg, self.run_dir, self.loop, out["steps"], wall,
                                             self.payload.nbytes, lags, out["final"], self.store.latest_version(),
-                                            getattr(self, "driver_bytes_in", None),
+                                            self._driver_bytes_in(),
                                             getattr(self, "trajectory_bytes", None))
         from pipelines.energy import stop_run_tracker
         summary.update(stop_run_tracker(self.energy))
         summary_lib.write_summary(self.run_dir, self.log, summary)
         return summary
+
+    def _driver_bytes_in(self) -> Optional[int]:
+        """Task results plus learner stage results (metrics records, versions): all the driver received."""
+        tasks = getattr(self, "task_bytes_in", None)
+        return None if tasks is None else tasks + self.stage_bytes_in
 
     def _progress_bar(self):
         if not self.progress:
