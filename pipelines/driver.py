@@ -83,6 +83,8 @@ class Trainer:
             # A second run would reuse committed shard ids and overwrite the config: refuse, touch nothing.
             raise config_lib.ConfigError(f"{self.run_dir} already holds a run; valid: --resume {self.run_dir},"
                                          " or a new --run-dir")
+        if cfg.learner.resources:      # a cluster that cannot place the learner: refused before any write
+            self.executor.check_resources(cfg.learner.resources)
         from pipelines.energy import start_run_tracker
         self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
         fs.makedirs(path, exist_ok=True)

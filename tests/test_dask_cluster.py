@@ -255,3 +255,16 @@ def test_losing_the_learners_worker_is_one_line_and_resume_finishes_the_run(gpu_
     summary, learned = _learned(str(run_dir))
     assert state.rows == summary["env_steps"] >= BUDGET
     assert learned >= THRESHOLD
+
+
+def test_resources_no_worker_advertises_are_refused_before_anything_is_written(cluster, tmp_path, monkeypatch):
+    from core.config import ConfigError, from_dict
+    from pipelines.executors import dask_stage
+    from pipelines.train import train
+    monkeypatch.setattr(dask_stage, "RESOURCE_WAIT_S", 1.0)
+    cfg = from_dict({"dask": {"address": cluster.address}, "learner": {"resources": {"GPU": 1}}})
+    with pytest.raises(ConfigError, match=r'^learner.resources \{"GPU": 1.0\}: no worker of the cluster advertises '
+                                          r'them \(workers: tcp://.*valid: start one with dask worker --resources '
+                                          r'"GPU=1", or learner.resources \{\}$'):
+        train(cfg, str(tmp_path / "run"), progress=False)
+    assert not (tmp_path / "run" / "config.json").exists() and not (tmp_path / "run" / "replay").exists()

@@ -84,6 +84,11 @@ class DaskExecutor:
         self._cluster.sync(self._cluster._correct_state)    # SpecCluster: start what worker_spec names
         self.client.wait_for_workers(n + 1, timeout=60)
 
+    def check_resources(self, resources: Dict[str, float]) -> None:
+        """ConfigError (one line) unless a worker advertises ``resources`` (checked before a run writes)."""
+        from pipelines.executors.dask_stage import check_resources
+        check_resources(self.client, resources)
+
     def place(self, cls, *args: Any, resources: Optional[Dict[str, float]] = None, key: str = "stage",
               **kwargs: Any):
         """Start ``cls(*args, **kwargs)`` as an actor on a worker with ``resources``; returns its handle."""

@@ -73,6 +73,22 @@ def _payload_on_worker(actor_key: str, instance: str, version: int):
     return placed.obj.payload(version)
 
 
+def check_resources(client, resources: Dict[str, float]) -> None:
+    """ConfigError (one line) if no worker advertises ``resources`` within RESOURCE_WAIT_S."""
+    deadline = time.monotonic() + RESOURCE_WAIT_S
+    while True:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        if not resources or any(all(w.get("resources", {}).get(r, 0) >= n for r, n in resources.items())
+                                for w in workers.values()):
+            return
+        if time.monotonic() > deadline:
+            seen = ", ".join(f"{a} {json.dumps(w.get('resources', {}))}" for a, w in sorted(workers.items()))
+            raise ConfigError(f"learner.resources {json.dumps(resources)}: no worker of the cluster advertises "
+                              f"them (workers: {seen or 'none'}); valid: start one with dask worker --resources "
+                              f"\"{','.join(f'{r}={n:g}' for r, n in resources.items())}\", or learner.resources {{}}")
+        time.sleep(0.5)
+
+
 class StageCall:
     """One actor method call in flight: ``done``, ``wait(timeout)``, ``result`` (lost worker -> one line)."""
 
@@ -102,28 +118,13 @@ class DaskStageHandle:
 
     def __init__(self, client, cls, args, kwargs, resources: Optional[Dict[str, float]], key: str):
         self.client, self.resources, self.key = client, resources or {}, key
-        self._check_resources()
+        check_resources(client, self.resources)
         self.future = client.submit(Placed, cls, *args, actor=True, resources=resources or None, key=key,
                                     pure=False, retries=0, **kwargs)
         self.actor = self.future.result()
         self.instance = self.actor.id().result()
         self.info = self.actor.call(self.instance, "where").result()
         self.address = self.info["address"]
-
-    def _check_resources(self) -> None:
-        """ConfigError (one line) if no worker advertises the resources within RESOURCE_WAIT_S."""
-        deadline = time.monotonic() + RESOURCE_WAIT_S
-        while True:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
-            if not self.resources or any(all(w.get("resources", {}).get(r, 0) >= n for r, n in self.resources.items())
-                                         for w in workers.values()):
-                return
-            if time.monotonic() > deadline:
-                seen = ", ".join(f"{a} {json.dumps(w.get('resources', {}))}" for a, w in sorted(workers.items()))
-                raise ConfigError(f"learner.resources {json.dumps(self.resources)}: no worker of the cluster "
-                                  f"advertises them (workers: {seen or 'none'}); valid: start one with dask worker "
-                                  f"--resources \"{','.join(f'{r}={n:g}' for r, n in self.resources.items())}\"")
-            time.sleep(0.5)
 
     def lost(self) -> bool:
         return self.future.status != "finished"
