@@ -23,13 +23,11 @@ learner's parameters and the committed replay are the same for a seed.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import os
 import pickle
 import time
-from collections import deque
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -39,28 +37,15 @@ from core import urls
 from core.metrics import MetricsLogger
 from core.rollout import ActorSpec
 from pipelines import stages
+from pipelines.block_tasks import BlockTasks
 from pipelines import summary as summary_lib
-from pipelines.flight import STALL_MIN_S, Flight, StallError  # noqa: F401  (StallError re-exported)
-from pipelines.learner_stage import InProcessStage, LearnerStage, configure_threads  # noqa: F401 (re-exported)
+from pipelines.flight import STALL_MIN_S, Flight, LoopState, StallError  # noqa: F401  (re-exported)
+from pipelines.learner_stage import (InProcessParts, InProcessStage, LearnerStage,  # noqa: F401 (re-exported)
+                                     configure_threads)
 from pipelines.plan import TrainingPlan
 
 
-@dataclasses.dataclass
-class LoopState:
-    """Driver counters, checkpointed with the learner so --resume continues."""
-    env_steps: int = 0
-    next_task: List[int] = dataclasses.field(default_factory=list)
-    shard_seq: int = 0
-    policy_version: int = 0
-    best_return: float = -float("inf")
-    best_version: int = -1
-    episodes: int = 0
-    time_to_target_s: Optional[float] = None
-    env_steps_to_target: Optional[int] = None
-    block: int = 0          # learner blocks done: the next one to train (pipelines.plan)
-
-
-class Trainer:
+class Trainer(BlockTasks, InProcessParts):
     """One training run (see module docstring). ``run()`` returns the summary dict."""
 
     def __init__(self, cfg, run_dir: str, executor, progress: bool = True, resume: bool = False):
@@ -105,7 +90,6 @@ class Trainer:
         self.eval_versions: set = set()              # versions being evaluated (their params are kept)
         self.asked_version = 0                       # newest version asked of the stage
         self.learner_steps = 0
-        self.stage_bytes_in = 0                      # results of learner stage calls from a worker
         self.n_evals = 0
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
         if self.resume:
@@ -131,17 +115,6 @@ class Trainer:
                                            async_versions=not getattr(self.executor, "deterministic", False)),
                               self.executor)
 
-    # In-process stage parts, which central mode (pipelines/central.py) drives directly.
-    learner = property(lambda self: self.stage.obj.learner)
-    sampler = property(lambda self: self.stage.obj.sampler)
-    cache = property(lambda self: self.stage.obj.cache)
-    ckpt = property(lambda self: self.stage.obj.ckpt)
-    rng = property(lambda self: self.stage.obj.rng)
-    quantizer = property(lambda self: self.stage.obj.quantizer,
-                         lambda self, q: setattr(self.stage.obj, "quantizer", q))
-    async_quantizer = property(lambda self: self.stage.obj.async_quantizer,
-                               lambda self, q: setattr(self.stage.obj, "async_quantizer", q))
-
     def _write_config(self, fs, path: str) -> None:
         """Write ``config.json`` (on resume only if ``--set``/``--config`` changed it)."""
         text = config_lib.to_json(self.cfg)
@@ -161,7 +134,7 @@ class Trainer:
                 "actors": {str(a): w for a, w in actors.items()}, "executor": self.cfg.executor}
 
     def _restore(self) -> None:
-        out = self._stage_run("restore")
+        out = self.stage.run("restore")
         loop = json.loads(out["loop"])
         self.learner_steps = out["steps"]
         self.loop = LoopState(**loop)
@@ -187,11 +160,11 @@ class Trainer:
 
     def _new_version(self, blocking: bool) -> None:
         """Quantize the learner's policy as the next version and broadcast it (stage.new_version)."""
-        self._on_version(self._stage_run("new_version", self._next_version(), self._keep_versions(), blocking))
+        self._on_version(self.stage.run("new_version", self._next_version(), self._keep_versions(), blocking))
 
     def _poll_async_version(self) -> None:
         if self.stage.address is None and self.async_quantizer is not None:
-            self._on_version(self._stage_run("poll_version"))
+            self._on_version(self.stage.run("poll_version"))
 
     def _on_version(self, out: Dict[str, Any]) -> None:
         """Write a stage call's records; publish the version it made, if any."""
@@ -226,7 +199,9 @@ class Trainer:
                 progressed = f.timed("submit", self._submit_blocks, f)        # 1. blocks whose version exists
                 progressed |= f.timed("commit", self._commit_next, f, bar)   # 2. next shard, in block order
                 progressed |= f.timed("learn", self._learn, f)               # 3. the block's learner stage call
-                self._log_policy_lag(f)
+                if f.lag_due():      # every 2 s: policy lag in versions and seconds
+                    self.log.write("policy_lag", step=self.loop.env_steps, policy_version=self.loop.policy_version,
+                                   **f.lag_summary())
                 if bar is not None and time.time() - t_bar > 0.5:
                     t_bar = time.time()
                     bar.set_postfix(self._postfix(f.start, f.recent_returns, f.lags), refresh=False)
@@ -260,7 +235,7 @@ class Trainer:
             fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
         self.task_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
         self.log.write("schedule", step=self.loop.env_steps, blocks=self.loop.block, wall_s=time.time() - f.start,
-                       driver_bytes_in={"tasks": f.driver_bytes, "learner_stage": self.stage_bytes_in},
+                       driver_bytes_in={"tasks": f.driver_bytes, "learner_stage": self.stage.bytes_in},
                        idle_s={k: round(v, 3) for k, v in f.idle_s.items()},
                        busy_s={k: round(v, 3) for k, v in f.busy_s.items()}, task_retries=f.retries)
         self._checkpoint()
@@ -273,128 +248,11 @@ class Trainer:
         self.stage.close()
         self.log.close()
 
-    def _stage_run(self, method: str, *args: Any) -> Any:
-        return self._from_stage(self.stage.run(method, *args))
-
-    def _from_stage(self, result: Any) -> Any:
-        """A learner stage call's result, counted in ``driver_bytes_in`` when it crossed from a worker."""
-        if self.stage.address is not None:
-            self.stage_bytes_in += len(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-        return result
-
     def _materialize(self, f: Flight, fut) -> Any:
         """``fut.result()``, counting what the driver receives (``driver_bytes_in_per_env_step``)."""
         result = fut.result()
         f.driver_bytes += len(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
         return result
-    # -- 1. rollouts and shard writes -------------------------------------------------
-    def _submit_blocks(self, f: Flight) -> bool:
-        """Submit every block whose policy version is published: its rollouts and its write task."""
-        submitted = False
-        while f.next_submit < f.plan.num_blocks and not f.stop:
-            b = f.next_submit
-            version = f.version_for(b)
-            if version is None:
-                break
-            f.block_ref[b] = version
-            f.rollouts[b] = [self._submit_rollout(f, a, k, b) for a, k in f.plan.tasks(b)]
-            f.writes[b] = self._submit_write(b, f.rollouts[b])
-            f.next_submit += 1
-            submitted = True
-        return submitted
-
-    def _submit_rollout(self, f: Flight, a: int, k: int, block: int, retry: int = 0):
-        # Exploration follows the plan's env steps (block start), not the steps that happen to be done.
-        explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
-        after = {} if retry else {"after": f.last_task.get(a)}   # an actor's tasks run in order
-        fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], f.block_ref[block][0], k,
-                                   self.cfg.actors.steps_per_task, explore, **after,
-                                   key=f"rollout-{self.run_id}-a{a}-t{k}" + (f"-r{retry}" if retry else ""),
-                                   actor=a)
-        if not retry:
-            f.last_task[a] = fut
-        self.loop.next_task[a] = k + 1
-        return fut
-
-    def _submit_write(self, block: int, rollouts: List[Any], retry: int = 0):
-        # The rollout futures themselves are the arguments: trajectories go worker -> writer.
-        shard_id = stages.shard_id_for(block)
-        return self.executor.submit(stages.write_shard_stage, self.store_url, shard_id, list(rollouts),
-                                    self.cfg.replay.writer_options(),
-                                    key=f"write-{self.run_id}-{shard_id}" + (f"-r{retry}" if retry else ""))
-
-    def _resubmit_lost(self, f: Flight, block: int) -> None:
-        """A write Dask cancelled (its inputs were lost with a worker and forgotten): run them again."""
-        f.retries += 1
-        for i, (a, k) in enumerate(f.plan.tasks(block)):
-            if f.rollouts[block][i].cancelled():
-                self.log.write("task_lost", step=self.loop.env_steps, task=f"rollout actor {a} task {k}")
-                f.rollouts[block][i] = self._submit_rollout(f, a, k, block, retry=f.retries)
-        self.log.write("task_lost", step=self.loop.env_steps, task=f"write {stages.shard_id_for(block)}")
-        f.writes[block] = self._submit_write(block, f.rollouts[block], retry=f.retries)
-
-    # -- 2. commits -------------------------------------------------------------------
-    def _commit_next(self, f: Flight, bar) -> bool:
-        """Commit block ``next_commit`` once the learner finished the block before and its stop is decided."""
-        c = f.next_commit
-        if c >= f.plan.num_blocks or self.loop.block < c or f.stop:
-            return False
-        if c in f.precommitted:                     # resume: committed before the restart
-            self._committed(f, c, f.precommitted.pop(c), {}, bar)
-            return True
-        fut = f.writes.get(c)
-        if fut is None or not fut.done() or not self._stop_decided(f, c) or f.stop:
-            return f.stop
-        try:
-            info = self._materialize(f, fut)
-        except concurrent.futures.CancelledError:
-            self._resubmit_lost(f, c)
-            return True
-        log_version = f.timed("log_commit", stages.commit_stage, self.store, [info["shard_id"]],
-                              meta={"policy_version": f.block_ref[c][1], "block": c},
-                              retention_transitions=self.cfg.replay.retention_transitions)
-        if log_version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
-            self.log.write("gc", step=self.loop.env_steps,
-                           **stages.gc_stage(self.store, self.cfg.replay.gc_grace_s))
-        f.trajectory_bytes += info.get("raw_bytes", 0)
-        self.log.write("commit", step=self.loop.env_steps + info["rows"], log_version=log_version, shards=1,
-                       rows=info["rows"], bytes=info["nbytes"], block=c)
-        self._committed(f, c, info["rows"], info, bar)
-        f.writes.pop(c)
-        f.rollouts.pop(c)
-        f.block_ref.pop(c)
-        return True
-
-    def _committed(self, f: Flight, c: int, rows: int, info: Dict[str, Any], bar) -> None:
-        """Account block ``c``'s rows and task stats (``write_shard_stage``'s metadata)."""
-        import types
-        self.loop.env_steps += rows
-        self.loop.shard_seq = c + 1
-        self.loop.episodes += info.get("episodes", 0)
-        f.recent_returns.extend(info.get("returns_tail", []))
-        for actor, task, worker, seconds, steps, version in info.get("tasks", []):
-            f.slowest_task_s = max(f.slowest_task_s, seconds)
-            self.worker_stats.add(types.SimpleNamespace(actor_id=actor, worker=worker, seconds=seconds,
-                                                        env_steps=steps))
-            f.lags.append((self.loop.policy_version - version,
-                           time.time() - self.version_time.get(version, time.time())))
-        if info.get("tasks"):
-            self.log.write("workers", step=self.loop.env_steps, workers=self.worker_stats.table())
-        f.next_commit = c + 1
-        if bar is not None:
-            bar.update(rows)
-
-    def _stop_decided(self, f: Flight, c: int) -> bool:
-        """Handle, in order, the evaluations block ``c`` waits for; False while one is running."""
-        while f.evals and f.evals[0][0] <= f.plan.decides_stop_before(c):
-            _, fut, steps = f.evals[0]
-            if not fut.done():
-                return False
-            f.evals.popleft()
-            f.slowest_task_s = max(f.slowest_task_s, time.time() - f.eval_submitted.pop(fut, time.time()))
-            f.stop |= self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
-        return True
-
     # -- 3. learner blocks --------------------------------------------------------------
     def _learn(self, f: Flight) -> bool:
         """Send the committed learner block to the stage; handle its end once the stage returns."""
@@ -404,7 +262,7 @@ class Trainer:
                 return False
             call, f.learning = f.learning, None
             f.slowest_task_s = max(f.slowest_task_s, time.time() - f.learning_since)
-            f.timed("end_block", self._end_block, f, b, self._from_stage(call.result()))
+            f.timed("end_block", self._end_block, f, b, call.result())
             return True
         if f.next_commit <= b or f.stop:
             return False
@@ -469,17 +327,6 @@ class Trainer:
                              f"(learner block {self.loop.block}, committed blocks {f.next_commit}); "
                              f"valid: a cluster that runs these tasks, or a larger actors.stall_timeout_s")
 
-    def _log_policy_lag(self, f: Flight) -> None:
-        """Policy lag in versions and seconds, every 2 s."""
-        if not f.lags or time.time() - getattr(self, "_lag_logged", 0.0) <= 2.0:
-            return
-        self._lag_logged = time.time()
-        self.log.write("policy_lag", step=self.loop.env_steps, policy_version=self.loop.policy_version,
-                       versions_mean=float(np.mean([l[0] for l in f.lags])),
-                       versions_max=int(max(l[0] for l in f.lags)),
-                       seconds_mean=float(np.mean([l[1] for l in f.lags])),
-                       seconds_max=float(max(l[1] for l in f.lags)))
-
     def _flush_rows(self) -> int:
         # Freshness bound, deterministic (row-based, not time-based) so that the
         # local executor stays reproducible: small envs give small shards early on.
@@ -504,17 +351,17 @@ class Trainer:
         if score > self.loop.best_return:
             self.loop.best_return = score
             self.loop.best_version = result["version"]
-            self._stage_run("save_best", result["version"], json.dumps(result))
+            self.stage.run("save_best", result["version"], json.dumps(result))
         return summary_lib.record_target(cfg, self.loop, result)
 
     def _checkpoint(self) -> None:
-        self._stage_run("checkpoint", json.dumps(dataclasses.asdict(self.loop)))
+        self.stage.run("checkpoint", json.dumps(dataclasses.asdict(self.loop)))
 
     # -- end of run -------------------------------------------------------------
     def _finish(self, start: float, lags) -> Dict[str, Any]:
         """Evaluate the best (or final) policy at fp32 and at the actors' precision (in the stage)."""
         wall = time.time() - start
-        out = self._stage_run("finish", self.loop.best_version, self.loop.policy_version)
+        out = self.stage.run("finish", self.loop.best_version, self.loop.policy_version)
         self._write_records(out["records"])
         summary = summary_lib.build_summary(self.cfg, self.run_dir, self.loop, out["steps"], wall,
                                             self.payload.nbytes, lags, out["final"], self.store.latest_version(),
@@ -528,7 +375,7 @@ class Trainer:
     def _driver_bytes_in(self) -> Optional[int]:
         """Task results plus learner stage results (metrics records, versions): all the driver received."""
         tasks = getattr(self, "task_bytes_in", None)
-        return None if tasks is None else tasks + self.stage_bytes_in
+        return None if tasks is None else tasks + self.stage.bytes_in
 
     def _progress_bar(self):
         if not self.progress:

@@ -273,6 +273,22 @@ class LearnerStage:
         self.quality.close()
 
 
+class InProcessParts:
+    """The parts of an in-process stage, which central mode (pipelines/central.py) drives directly.
+
+    A mixin of :class:`pipelines.driver.Trainer`; ``self.stage`` is an :class:`InProcessStage`.
+    """
+    learner = property(lambda self: self.stage.obj.learner)
+    sampler = property(lambda self: self.stage.obj.sampler)
+    cache = property(lambda self: self.stage.obj.cache)
+    ckpt = property(lambda self: self.stage.obj.ckpt)
+    rng = property(lambda self: self.stage.obj.rng)
+    quantizer = property(lambda self: self.stage.obj.quantizer,
+                         lambda self, q: setattr(self.stage.obj, "quantizer", q))
+    async_quantizer = property(lambda self: self.stage.obj.async_quantizer,
+                               lambda self, q: setattr(self.stage.obj, "async_quantizer", q))
+
+
 class InProcessStage:
     """A stage object in this process, behind the handle calls every placement offers.
 
@@ -297,6 +313,7 @@ class InProcessStage:
         return getattr(self.obj, method)(*args, **kwargs)
 
     address = None     # no worker holds it
+    bytes_in = 0       # nothing crosses a process boundary
 
     def published(self, meta: Dict[str, Any]):
         """The published version's payload itself (central mode swaps it into its inference server)."""

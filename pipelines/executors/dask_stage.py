@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
 from typing import Any, Dict, Optional
 
@@ -108,9 +109,12 @@ class StageCall:
         if not self.inner.done() and self.handle.lost():
             raise self.handle.lost_error("it stopped answering")
         try:
-            return self.inner.result()
+            result = self.inner.result()
         except (OSError, RuntimeError) as e:   # CommClosedError, "Worker holding Actor was lost"
             raise self.handle.lost_error(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+        # What the driver received from the worker (summary driver_bytes_in_per_env_step).
+        self.handle.bytes_in += len(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        return result
 
 
 class DaskStageHandle:
@@ -118,6 +122,7 @@ class DaskStageHandle:
 
     def __init__(self, client, cls, args, kwargs, resources: Optional[Dict[str, float]], key: str):
         self.client, self.resources, self.key = client, resources or {}, key
+        self.bytes_in = 0      # pickled size of every call result the driver received
         check_resources(client, self.resources)
         self.future = client.submit(Placed, cls, *args, actor=True, resources=resources or None, key=key,
                                     pure=False, retries=0, **kwargs)
