@@ -82,6 +82,42 @@ class ReplayConfig:
 class LearnerConfig:
     replay_ratio: float = 0.5          # learner steps per env step (SB3 zoo: 128 per 256)
     steps_per_call: int = 16           # learner steps between scheduling decisions
+    # Dask resources of the worker that hosts the learner (pipelines/learner_stage.py), e.g.
+    # {"GPU": 1} with `dask worker --resources "GPU=1"`; {} = in the driver process.
+    resources: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+#: The valid forms of ``learner.resources`` (range and type errors name them).
+LEARNER_RESOURCES_FORMS = ('{} (the learner in the driver process) or a mapping of Dask resource names to '
+                           'amounts > 0 that a worker advertises, e.g. {"GPU": 1} (dask worker --resources "GPU=1")')
+
+
+def _is_resources(v: Any) -> bool:
+    return all(isinstance(k, str) and k.strip() and isinstance(n, (int, float)) and math.isfinite(n) and n > 0
+               for k, n in v.items())
+
+
+def check_learner_placement(cfg: "Config") -> None:
+    """ConfigError (one line) unless the run's executor can honour ``learner.resources``.
+
+    Only Dask places the learner by resources. The local executor runs it in
+    process, Beam rounds have no long-lived learner to place, central
+    inference serves from the learner's process, and ``checkpoint.engine dask``
+    would have the learner's worker wait on other workers' tasks (its own
+    threads write the checkpoints instead).
+    """
+    res = cfg.learner.resources
+    if not res:
+        return
+    if cfg.executor != "dask":
+        raise ConfigError(f"learner.resources {json.dumps(res)} needs executor 'dask', not {cfg.executor!r} "
+                          f"(only Dask places the learner on a worker); valid: executor dask, or learner.resources {{}}")
+    if cfg.inference == "central":
+        raise ConfigError(f"learner.resources {json.dumps(res)} cannot be used with inference 'central' (the inference "
+                          f"server runs beside the learner in the driver); valid: inference local, or learner.resources {{}}")
+    if cfg.checkpoint.engine == "dask":
+        raise ConfigError(f"learner.resources {json.dumps(res)} cannot be used with checkpoint.engine 'dask' (the "
+                          f"learner's worker writes its checkpoints); valid: checkpoint.engine auto")
 
 
 @dataclasses.dataclass
@@ -220,6 +256,7 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "replay.gc_grace_s": (_finite(lambda v: v > 0), "> 0 seconds, finite"),
     "learner.replay_ratio": (_finite(lambda v: v > 0), "> 0, finite"),
     "learner.steps_per_call": (_at_least(1), ">= 1"),
+    "learner.resources": (_is_resources, LEARNER_RESOURCES_FORMS),
     "checkpoint.every_steps": (_at_least(1), ">= 1"),
     "checkpoint.keep_last": (_at_least(1), ">= 1"),
     "checkpoint.keep_every": (_optional(_at_least(1)), "null (none kept beyond keep_last) or >= 1"),
@@ -281,6 +318,8 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return "one of " + ", ".join(map(str, typing.get_args(tp)))
+    if origin in (dict, Dict):
+        return "a mapping of " + " to ".join(_type_name(a) for a in typing.get_args(tp))
     if origin in (list, List):
         return f"list of {_type_name(typing.get_args(tp)[0])}"
     if origin in (typing.Union, types.UnionType):
@@ -316,6 +355,15 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             except ConfigError:
                 pass
         raise ConfigError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
+    if origin in (dict, Dict):
+        k_tp, v_tp = typing.get_args(tp)
+        try:
+            if not isinstance(value, dict):
+                raise ConfigError(value)
+            return {_coerce(f"{key}.{k}", k, k_tp): _coerce(f"{key}.{k}", v, v_tp) for k, v in value.items()}
+        except ConfigError:     # one line naming the valid forms (from _RANGES when the key has them)
+            valid = _RANGES[key][1] if key in _RANGES else _type_name(tp)
+            raise ConfigError(f"config key '{key}' = {value!r} is not valid; valid: {valid}") from None
     if origin in (list, List):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
@@ -444,6 +492,7 @@ def validate(cfg: Config) -> Config:
     if cfg.checkpoint.engine == "dask" and cfg.executor != "dask":
         raise ConfigError(f"checkpoint.engine 'dask' needs executor 'dask', not {cfg.executor!r};"
                           " valid: checkpoint.engine auto")
+    check_learner_placement(cfg)
     from core.inference.endpoint import EndpointError, check_config
     try:
         check_config(cfg.inference_server)

@@ -1,4 +1,8 @@
-"""The in-flight state of one training run: what the plan has submitted, committed and awaits.
+"""The state of one training run's loop: checkpointed counters and what is in flight.
+
+:class:`LoopState` holds the driver's counters that are checkpointed with the
+learner (env steps, versions, best evaluation, the next block), so
+``--resume`` continues from them.
 
 :class:`Flight` is the driver's (:mod:`pipelines.driver`) bookkeeping of one
 ``Trainer.run`` that is not checkpointed: futures of the blocks in flight,
@@ -17,6 +21,8 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from core.config import ConfigError
 from pipelines.plan import TrainingPlan
 from pipelines.stages import shard_id_for
@@ -24,6 +30,21 @@ from pipelines.summary import WorkerStats
 
 #: Least seconds without progress before a run is declared stalled (first tasks start workers).
 STALL_MIN_S = 120.0
+
+
+@dataclasses.dataclass
+class LoopState:
+    """Driver counters, checkpointed with the learner so --resume continues."""
+    env_steps: int = 0
+    next_task: List[int] = dataclasses.field(default_factory=list)
+    shard_seq: int = 0
+    policy_version: int = 0
+    best_return: float = -float("inf")
+    best_version: int = -1
+    episodes: int = 0
+    time_to_target_s: Optional[float] = None
+    env_steps_to_target: Optional[int] = None
+    block: int = 0          # learner blocks done: the next one to train (pipelines.plan)
 
 
 class StallError(ConfigError):
@@ -49,20 +70,22 @@ class Flight:
     block_ref: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # block -> its version
     writes: Dict[int, Any] = dataclasses.field(default_factory=dict)                # block -> write future
     last_task: Dict[int, Any] = dataclasses.field(default_factory=dict)             # actor -> latest rollout
-    calls: Deque[int] = dataclasses.field(default_factory=deque)                    # learner calls left in block
+    learning: Any = None                 # the learner stage's call for block loop.block, while it runs
+    learning_since: float = 0.0
     evals: Deque[Tuple[int, Any, int]] = dataclasses.field(default_factory=deque)    # (block, future, env steps)
     eval_submitted: Dict[Any, float] = dataclasses.field(default_factory=dict)       # future -> submit time
     recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
     lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
-    driver_bytes: int = 0                # pickled size of every result the driver materialized
+    driver_bytes: int = 0                # pickled size of every result the driver materialized (stages' too)
     trajectory_bytes: int = 0            # in-memory size of the committed batches
     last_progress: float = 0.0
+    lag_logged: float = 0.0              # when the last policy_lag record was written
     slowest_task_s: float = 0.0          # slowest rollout or evaluation so far (the stall bound is 10x)
     retries: int = 0
     stop: bool = False
     busy_s: Dict[str, float] = dataclasses.field(default_factory=dict)   # driver seconds per loop phase
     idle_s: Dict[str, float] = dataclasses.field(   # driver (learner) idle seconds, by what it waited for
-        default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "other": 0.0})
+        default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "learner": 0.0, "other": 0.0})
 
     @classmethod
     def begin(cls, trainer: "Trainer") -> "Flight":
@@ -75,8 +98,21 @@ class Flight:
         return cls(start=now, plan=trainer.plan, base_block=loop.block,
                    initial=(trainer.payload_ref, trainer.loop.policy_version), next_submit=first_new,
                    next_commit=loop.block, precommitted=pre, next_eval=(loop.env_steps // every + 1) * every,
-                   last_ckpt_step=trainer.learner.steps, last_broadcast_step=trainer.learner.steps,
+                   last_ckpt_step=trainer.learner_steps, last_broadcast_step=trainer.learner_steps,
                    last_progress=now)
+
+    def lag_due(self, every_s: float = 2.0) -> bool:
+        """True every ``every_s`` seconds while there are policy-lag samples (the ``policy_lag`` record)."""
+        if not self.lags or time.time() - self.lag_logged <= every_s:
+            return False
+        self.lag_logged = time.time()
+        return True
+
+    def lag_summary(self) -> Dict[str, float]:
+        """Policy lag of the recent tasks, in versions and seconds (mean and max)."""
+        versions, seconds = [l[0] for l in self.lags], [l[1] for l in self.lags]
+        return {"versions_mean": float(np.mean(versions)), "versions_max": int(max(versions)),
+                "seconds_mean": float(np.mean(seconds)), "seconds_max": float(max(seconds))}
 
     def timed(self, phase: str, fn, *args, **kwargs):
         """``fn(*args, **kwargs)``, its seconds added to ``busy_s[phase]`` (the ``schedule`` record)."""
@@ -92,8 +128,10 @@ class Flight:
         return self.initial if pb < self.base_block else self.versions.get(pb)
 
     def waiting_for(self) -> List[Tuple[str, Any]]:
-        """What the next commit waits for, named: the write (or its rollouts) or an evaluation."""
+        """What the next commit waits for, named: the learner block, the write (or its rollouts), an evaluation."""
         c = self.next_commit
+        if self.learning is not None and not self.learning.done():
+            return [(f"learner block {c - 1}", self.learning)]
         out = [(f"evaluation of block {b}", fut) for b, fut, _ in self.evals
                if b <= self.plan.decides_stop_before(c) and not fut.done()]
         fut = self.writes.get(c)

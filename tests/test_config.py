@@ -110,6 +110,7 @@ BAD_VALUES = {
     "replay.chunk_bytes": 1023, "replay.write_threads": 0, "replay.retention_transitions": -1,
     "replay.gc_grace_s": 0.0,
     "learner.replay_ratio": float("inf"), "learner.steps_per_call": 0,
+    "learner.resources": {"GPU": 0.0},
     "checkpoint.every_steps": 0, "checkpoint.keep_last": 0, "checkpoint.keep_every": 0,
     "eval.every_env_steps": 0, "eval.episodes": 0, "eval.target_return": float("nan"), "eval.confirm_episodes": -1,
     "dask.address": "foo://x", "dask.n_workers": -1, "dask.threads_per_worker": 0, "dask.task_retries": -1,

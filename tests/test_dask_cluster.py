@@ -6,7 +6,11 @@ cluster"). The fault test SIGKILLs one worker while rollouts are in flight:
 training must finish, the replay log must hold every committed shard once,
 completely, with consistent episodes, and the final policy must still reach
 ``THRESHOLD`` within ``BUDGET`` env steps (the same bar as
-tests/test_executors.py). About 1.5 minutes for the file.
+tests/test_executors.py). With ``--set learner.resources='{"GPU": 1}'`` and one
+worker started with ``--resources GPU=1``, the learner runs as a Dask actor on
+that worker and the other runs the actors; if that worker dies the run stops
+with one line naming ``--resume``, and resuming finishes it. About 3 minutes
+for the file.
 """
 import json
 import os
@@ -45,7 +49,7 @@ class Cluster:
     Workers run with ``--no-nanny``: a SIGKILLed worker stays dead (a nanny would restart it).
     """
 
-    def __init__(self, tmp_path, n_workers: int = 2):
+    def __init__(self, tmp_path, n_workers: int = 2, worker_args=None):
         self.port = _free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         env = {**os.environ, **THREAD_ENV}
@@ -53,15 +57,18 @@ class Cluster:
         self.logs = []
         self.scheduler = self._start(scheduler_cmd + ["--host", "127.0.0.1", "--port", str(self.port),
                                                       "--dashboard-address", ":0"], tmp_path / "scheduler.log", env)
+        worker_args = worker_args or {}     # worker index -> extra `dask worker` arguments
         self.workers = [self._start(worker_cmd + [self.address, "--nthreads", "1", "--no-nanny",
                                                   "--name", f"w{i}", "--dashboard-address", ":0",
-                                                  "--local-directory", str(tmp_path / f"w{i}")],
+                                                  "--local-directory", str(tmp_path / f"w{i}"),
+                                                  *worker_args.get(i, [])],
                                     tmp_path / f"worker{i}.log", env)
                         for i in range(n_workers)]
         from distributed import Client
         with Client(self.address, timeout="30s") as client:
             client.wait_for_workers(n_workers, timeout=60)
             self.worker_pids = client.run(os.getpid)           # worker address -> pid
+            self.worker_names = {a: w["name"] for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
 
     def _start(self, cmd, log_path, env):
         log = open(log_path, "w")
@@ -91,9 +98,20 @@ def cluster(tmp_path):
     c.close()
 
 
-def _train_cmd(cluster, run_dir):
+def _train_cmd(cluster, run_dir, *extra):
     return [sys.executable, "-m", "pipelines.train", "--executor", "dask", "--dask-address", cluster.address,
-            "--run-dir", str(run_dir), "--no-progress", *TRAIN_SETTINGS]
+            "--run-dir", str(run_dir), "--no-progress", *TRAIN_SETTINGS, *extra]
+
+
+GPU_LEARNER = ["--set", 'learner.resources={"GPU": 1}']
+
+
+@pytest.fixture
+def gpu_cluster(tmp_path):
+    """Worker w1 advertises GPU=1 (no GPU needed: Dask resources are labels the worker declares)."""
+    c = Cluster(tmp_path, worker_args={1: ["--resources", "GPU=1"]})
+    yield c
+    c.close()
 
 
 def _metrics(run_dir, kind):
@@ -175,3 +193,78 @@ def test_sigkill_a_worker_while_rollouts_are_in_flight(cluster, tmp_path):
     workers = _metrics(str(run_dir), "workers")[-1]["workers"]
     survivor = [w for w in workers if w != victim_addr]
     assert len(survivor) == 1 and workers[survivor[0]]["retries"] >= 1   # the dead worker's actor moved
+
+
+def test_the_learner_runs_on_the_worker_with_the_requested_resource(gpu_cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    out = subprocess.run(_train_cmd(gpu_cluster, run_dir, *GPU_LEARNER), cwd=REPO, capture_output=True,
+                         text=True, timeout=400, env={**os.environ, **THREAD_ENV})
+    assert out.returncode == 0, out.stderr[-3000:]
+    gpu = next(a for a, name in gpu_cluster.worker_names.items() if name == "w1")
+    (placement,) = _metrics(str(run_dir), "placement")
+    assert placement["learner_address"] == gpu and placement["learner"].startswith(gpu)
+    assert placement["learner_resources"] == {"GPU": 1.0}
+    assert set(placement["actors"].values()) == set(gpu_cluster.worker_pids) - {gpu}   # actors avoid it
+    state = _check_replay(str(run_dir))
+    summary, learned = _learned(str(run_dir))
+    assert state.rows == summary["env_steps"] >= BUDGET and summary["learner_steps"] > 0
+    assert learned >= THRESHOLD
+    assert 0 < summary["driver_bytes_in_per_env_step"] < 0.01 * summary["trajectory_bytes_per_env_step"]
+
+
+def _complete_checkpoint(run_dir):
+    from core.checkpoint import Checkpointer
+    if not (run_dir / "checkpoints" / "zarr.json").exists():
+        return None
+    ckpt = Checkpointer(str(run_dir / "checkpoints"))
+    try:
+        return ckpt.latest_step()
+    finally:
+        ckpt.close()
+
+
+def test_losing_the_learners_worker_is_one_line_and_resume_finishes_the_run(gpu_cluster, tmp_path):
+    """The learner's state dies with its worker: the run stops (exit 2, one line naming --resume), and
+    ``--resume`` continues from the last checkpoint (here with the learner in the driver: no GPU worker left)."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(_train_cmd(gpu_cluster, run_dir, *GPU_LEARNER, "--set", "checkpoint.every_steps=1000"),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **THREAD_ENV})
+    try:
+        deadline = time.time() + 120
+        while _complete_checkpoint(run_dir) is None and time.time() < deadline:   # the first (1,024 steps)
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        gpu = next(a for a, name in gpu_cluster.worker_names.items() if name == "w1")
+        os.kill(gpu_cluster.worker_pids[gpu], signal.SIGKILL)
+        killed_at = _metrics(str(run_dir), "commit")[-1]["step"]
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert killed_at < BUDGET, "the worker died after training had finished: not a fault test"
+    assert proc.returncode == 2, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: the learner's worker {gpu} was lost") and f"--resume {run_dir}" in last, last
+    resumed = subprocess.run([sys.executable, "-m", "pipelines.train", "--resume", str(run_dir), "--no-progress",
+                              "--dask-address", gpu_cluster.address, "--set", "learner.resources={}"],
+                             cwd=REPO, capture_output=True, text=True, timeout=400, env={**os.environ, **THREAD_ENV})
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = _check_replay(str(run_dir))
+    summary, learned = _learned(str(run_dir))
+    assert state.rows == summary["env_steps"] >= BUDGET
+    assert learned >= THRESHOLD
+
+
+def test_resources_no_worker_advertises_are_refused_before_anything_is_written(cluster, tmp_path, monkeypatch):
+    from core.config import ConfigError, from_dict
+    from pipelines.executors import dask_stage
+    from pipelines.train import train
+    monkeypatch.setattr(dask_stage, "RESOURCE_WAIT_S", 1.0)
+    cfg = from_dict({"dask": {"address": cluster.address}, "learner": {"resources": {"GPU": 1}}})
+    with pytest.raises(ConfigError, match=r'^learner.resources \{"GPU": 1.0\}: no worker of the cluster advertises '
+                                          r'them \(workers: tcp://.*valid: start one with dask worker --resources '
+                                          r'"GPU=1", or learner.resources \{\}$'):
+        train(cfg, str(tmp_path / "run"), progress=False)
+    assert not (tmp_path / "run" / "config.json").exists() and not (tmp_path / "run" / "replay").exists()

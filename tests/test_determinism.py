@@ -2,8 +2,10 @@
 
 The default config for 4,096 env steps (4 blocks of 1,024 rows, 2,048
 learner steps, a checkpoint, two evaluations) runs on ``local``, on
-``dask`` with one and with two workers (an embedded LocalCluster), and on a
-real ``dask scheduler`` with two ``dask worker`` processes (work stealing on).
+``dask`` with one and with two workers (an embedded LocalCluster), with one
+actor worker and the learner placed on a worker of its own
+(``learner.resources``), and on a real ``dask scheduler`` with two
+``dask worker`` processes (work stealing on).
 The learner's checkpointed parameters must be bit-identical, and so must the
 committed replay: the same shard ids in the same log order, every stored
 array of every shard (the episode-segment index included) equal. About 2
@@ -76,17 +78,35 @@ def local_run(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("det"), "local", "local")
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_dask_run_is_bit_identical_to_the_local_run(local_run, tmp_path, workers):
-    run = _run(tmp_path, f"dask{workers}", "dask", [f"dask.n_workers={workers}"])
+#: The learner on a worker of its own: an embedded cluster starts one more worker advertising the resource.
+PLACED = 'learner.resources={"GPU": 1}'
+
+
+@pytest.mark.parametrize("workers, learner", [(1, None), (2, None), (1, PLACED)],
+                         ids=["1-worker", "2-workers", "1-worker+learner-worker"])
+def test_dask_run_is_bit_identical_to_the_local_run(local_run, tmp_path, workers, learner):
+    run = _run(tmp_path, f"dask{workers}", "dask", [f"dask.n_workers={workers}", *([learner] if learner else [])])
     assert run[0]["learner_steps"] == 2048 and len(_replay(run[1])) == 4
-    _assert_same_run(local_run, run, f"local vs dask-{workers}")
+    _assert_same_run(local_run, run, f"local vs dask-{workers}" + (" with the learner on a worker" if learner else ""))
     # Data flows one way: the driver receives metadata only (well under 1% of the trajectory bytes).
-    summary = run[0]
-    assert 0 < summary["driver_bytes_in_per_env_step"] < 0.01 * summary["trajectory_bytes_per_env_step"]
+    summary, traj = run[0], run[0]["trajectory_bytes_per_env_step"]
     with open(os.path.join(run[1], "metrics.jsonl")) as f:
-        placement = [json.loads(l) for l in f if json.loads(l)["kind"] == "placement"]
+        records = [json.loads(l) for l in f]
+    placement = [r for r in records if r["kind"] == "placement"]
+    (received,) = [r["driver_bytes_in"] for r in records if r["kind"] == "schedule"]
+    assert 0 < received["tasks"] / summary["env_steps"] < 0.01 * traj
+    if learner:     # + the stage's metrics records (loss, broadcast quality) and version metadata
+        assert 0 < received["learner_stage"] and summary["driver_bytes_in_per_env_step"] < 0.03 * traj
+    else:
+        assert received["learner_stage"] == 0
+        assert 0 < summary["driver_bytes_in_per_env_step"] < 0.01 * traj
     assert len(placement) == 1 and len(placement[0]["actors"]) == 4 and "pid" in placement[0]["learner"]
+    if learner:     # a worker holds the learner and runs no actor
+        where = placement[0]["learner_address"]
+        assert where.startswith("tcp://") and placement[0]["learner"].startswith(where)
+        assert where not in placement[0]["actors"].values()
+    else:
+        assert placement[0]["learner_address"] is None and "(driver process)" in placement[0]["learner"]
 
 
 def test_policy_lag_is_part_of_the_plan(local_run, tmp_path):

@@ -157,3 +157,29 @@ def test_dask_wait_counts_a_cancelled_future_as_done():
         assert done == [cancelled] and cancelled.cancelled() and not slow.done()
     finally:
         executor.close()
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"executor": "local"}, r"^learner.resources \{\"GPU\": 1.0\} needs executor 'dask', not 'local' "),
+    ({"executor": "beam"}, r"^learner.resources \{\"GPU\": 1.0\} needs executor 'dask', not 'beam' "),
+    ({"inference": "central"}, r"cannot be used with inference 'central' .*valid: inference local"),
+    ({"checkpoint": {"engine": "dask"}}, r"cannot be used with checkpoint.engine 'dask' .*valid: checkpoint.engine auto"),
+])
+def test_learner_resources_are_refused_where_they_cannot_be_honoured(data, match):
+    with pytest.raises(config_lib.ConfigError, match=match):
+        config_lib.from_dict({**data, "learner": {"resources": {"GPU": 1}}})
+    assert config_lib.from_dict({**data, "learner": {"resources": {}}}).learner.resources == {}
+
+
+def test_a_bad_learner_resources_value_is_one_line_naming_the_valid_forms(tmp_path):
+    import subprocess
+    import sys
+    for value in ("GPU", '{"GPU": -1}'):
+        out = subprocess.run([sys.executable, "-m", "pipelines.train", "--run-dir", str(tmp_path / "run"),
+                              "--set", f"learner.resources={value}"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert out.stderr.startswith("error: config key 'learner.resources' = ")
+        assert 'valid: {} (the learner in the driver process) or a mapping of Dask resource names' in out.stderr
+    assert not (tmp_path / "run").exists()
+    assert config_lib.from_dict({"learner": {"resources": {"GPU": 1, "learner": 0.5}}}).learner.resources == {
+        "GPU": 1.0, "learner": 0.5}

@@ -20,6 +20,10 @@ Executors: ``local`` (this process, in order; deterministic), ``dask``
 (:mod:`.dask`: an embedded LocalCluster or an existing scheduler), ``beam``
 (:mod:`.beam`: dataset passes as one pipeline each; training on Beam runs as
 rounds, :mod:`pipelines.rounds`).
+
+The Dask executor has one call more, for a stage that holds state (the learner)::
+
+    ex.place(cls, *args, resources={"GPU": 1}) -> handle   # pipelines.executors.dask_stage
 """
 from __future__ import annotations
 
@@ -43,7 +47,8 @@ def make_executor(kind: str, cfg):
         from pipelines.executors.dask import DaskExecutor
         return DaskExecutor(address=cfg.dask.address, n_workers=cfg.dask.n_workers,
                             threads_per_worker=cfg.dask.threads_per_worker,
-                            retries=cfg.dask.task_retries, thread_env=_thread_env(cfg))
+                            retries=cfg.dask.task_retries, thread_env=_thread_env(cfg),
+                            learner_resources=cfg.learner.resources)
     raise ValueError(f"unknown executor {kind!r}; valid: local, dask")
 
 

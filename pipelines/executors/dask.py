@@ -10,6 +10,12 @@
   shard ids make retries harmless.
 * Dataset passes (``map_reduce``) map a function over items as tasks and
   reduce on a worker.
+* A stateful stage (the learner) is placed with :meth:`DaskExecutor.place`
+  as a Dask actor on a worker picked by resources
+  (:mod:`pipelines.executors.dask_stage`). Actors are then pinned to the
+  other workers, and so is every other task that may run anywhere (it may
+  still move there if they die). An embedded LocalCluster honours
+  ``learner_resources`` by starting one more worker that advertises them.
 """
 from __future__ import annotations
 
@@ -49,7 +55,8 @@ class DaskExecutor:
     task_wrapper: Optional[Callable[[Callable], Callable]] = None
 
     def __init__(self, address: Optional[str] = None, n_workers: int = 0, threads_per_worker: int = 1,
-                 retries: int = 3, thread_env: Optional[Dict[str, str]] = None):
+                 retries: int = 3, thread_env: Optional[Dict[str, str]] = None,
+                 learner_resources: Optional[Dict[str, float]] = None):
         from distributed import Client, LocalCluster
         self.retries = retries
         self._cluster = None
@@ -65,18 +72,47 @@ class DaskExecutor:
                                              processes=True, dashboard_address=None,
                                              env=thread_env or {}, silence_logs=logging.ERROR)
             self.client = Client(self._cluster)
+            if learner_resources:
+                self._add_stage_worker(learner_resources)
         self.client.wait_for_workers(1, timeout=60)
         self._addrs: List[str] = []
         self._addrs_time = 0.0
+        self._stage_addrs: List[str] = []     # workers holding a placed stage (actors avoid them)
+
+    def _add_stage_worker(self, resources: Dict[str, float]) -> None:
+        """One more LocalCluster worker, advertising ``resources``, for the placed learner."""
+        import copy
+        spec = copy.deepcopy(self._cluster.new_spec)
+        spec["options"] = {**spec["options"], "resources": dict(resources)}
+        n = len(self._cluster.worker_spec)
+        self._cluster.worker_spec["learner"] = spec
+        self._cluster.sync(self._cluster._correct_state)    # SpecCluster: start what worker_spec names
+        self.client.wait_for_workers(n + 1, timeout=60)
+
+    def check_resources(self, resources: Dict[str, float]) -> None:
+        """ConfigError (one line) unless a worker advertises ``resources`` (checked before a run writes)."""
+        from pipelines.executors.dask_stage import check_resources
+        check_resources(self.client, resources)
+
+    def place(self, cls, *args: Any, resources: Optional[Dict[str, float]] = None, key: str = "stage",
+              **kwargs: Any):
+        """Start ``cls(*args, **kwargs)`` as an actor on a worker with ``resources``; returns its handle."""
+        from pipelines.executors.dask_stage import DaskStageHandle
+        handle = DaskStageHandle(self.client, cls, args, kwargs, resources, key)
+        self._stage_addrs.append(handle.address)
+        self._addrs_time = 0.0      # re-read the actors' workers without it
+        return handle
 
     def broadcast(self, payload: Any):
         return self.client.scatter(payload, broadcast=True, hash=False)
 
     def submit(self, fn: Callable, *args: Any, key: str | None = None, actor: int | None = None, **kwargs: Any):
+        addrs = self._worker_addresses()
         workers = None
         if actor is not None:
-            addrs = self._worker_addresses()
             workers = [addrs[actor % len(addrs)]] if addrs else None
+        elif self._stage_addrs and addrs:
+            workers = addrs          # any worker but the learner's, while there is one
         if self.task_wrapper is not None:
             fn = self.task_wrapper(fn)
         return self.client.submit(fn, *args, key=key, workers=workers, allow_other_workers=workers is not None,
@@ -90,11 +126,12 @@ class DaskExecutor:
         driver resubmits that work when it reads the future (``Trainer._resubmit_lost``).
         """
         import concurrent.futures
-        from distributed import wait
-        if not futures:
-            return []
+        from distributed import Future, wait
+        tasks = [f for f in futures if isinstance(f, Future)]      # not a stage call (polled by done())
+        if not tasks:
+            return [f for f in futures if f.done()]
         try:
-            wait(list(futures), timeout=timeout, return_when="FIRST_COMPLETED")
+            wait(tasks, timeout=timeout, return_when="FIRST_COMPLETED")
         except (TimeoutError, concurrent.futures.CancelledError):
             pass
         return [f for f in futures if f.done()]
@@ -113,8 +150,10 @@ class DaskExecutor:
 
     def _worker_addresses(self) -> List[str]:
         # Refreshed at most every 2 s: one scheduler round trip, not one per task.
+        # A placed stage's worker runs no actors while another worker exists.
         if time.monotonic() - self._addrs_time > 2.0 or not self._addrs:
-            self._addrs = sorted(self.workers())
+            addrs = sorted(self.workers())
+            self._addrs = [a for a in addrs if a not in self._stage_addrs] or addrs
             self._addrs_time = time.monotonic()
         return self._addrs
 

@@ -1,0 +1,136 @@
+"""The plan's blocks as tasks: rollouts, one shard write per block, commits in block order.
+
+:class:`BlockTasks` is the part of :class:`pipelines.driver.Trainer` that
+turns plan blocks into executor tasks and commits their shards (the driver's
+steps 1 and 2)::
+
+    block b's version published -> one rollout task per (actor, task) of the block, each after
+                                   its actor's previous task, and one write task that takes
+                                   their futures (trajectories go worker -> writer)
+    write of block c done, learner block c-1 done, evaluations up to c - STOP_DELAY decided
+                                -> commit shard s{c} (one log entry); account its rows and stats
+
+A write whose inputs Dask lost with a killed worker (a cancelled future) is
+submitted again with the same shard id, after its lost rollouts; retries
+overwrite their own uncommitted output, so nothing is committed twice.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any, Dict, List
+
+from pipelines import stages
+from pipelines.flight import Flight
+
+
+class BlockTasks:
+    """Rollout, write and commit steps of ``Trainer`` (a mixin: they share the run's state)."""
+
+    # -- 1. rollouts and shard writes -------------------------------------------------
+    def _submit_blocks(self, f: Flight) -> bool:
+        """Submit every block whose policy version is published: its rollouts and its write task."""
+        submitted = False
+        while f.next_submit < f.plan.num_blocks and not f.stop:
+            b = f.next_submit
+            version = f.version_for(b)
+            if version is None:
+                break
+            f.block_ref[b] = version
+            f.rollouts[b] = [self._submit_rollout(f, a, k, b) for a, k in f.plan.tasks(b)]
+            f.writes[b] = self._submit_write(b, f.rollouts[b])
+            f.next_submit += 1
+            submitted = True
+        return submitted
+
+    def _submit_rollout(self, f: Flight, a: int, k: int, block: int, retry: int = 0):
+        # Exploration follows the plan's env steps (block start), not the steps that happen to be done.
+        explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
+        after = {} if retry else {"after": f.last_task.get(a)}   # an actor's tasks run in order
+        fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], f.block_ref[block][0], k,
+                                   self.cfg.actors.steps_per_task, explore, **after,
+                                   key=f"rollout-{self.run_id}-a{a}-t{k}" + (f"-r{retry}" if retry else ""),
+                                   actor=a)
+        if not retry:
+            f.last_task[a] = fut
+        self.loop.next_task[a] = k + 1
+        return fut
+
+    def _submit_write(self, block: int, rollouts: List[Any], retry: int = 0):
+        # The rollout futures themselves are the arguments: trajectories go worker -> writer.
+        shard_id = stages.shard_id_for(block)
+        return self.executor.submit(stages.write_shard_stage, self.store_url, shard_id, list(rollouts),
+                                    self.cfg.replay.writer_options(),
+                                    key=f"write-{self.run_id}-{shard_id}" + (f"-r{retry}" if retry else ""))
+
+    def _resubmit_lost(self, f: Flight, block: int) -> None:
+        """A write Dask cancelled (its inputs were lost with a worker and forgotten): run them again."""
+        f.retries += 1
+        for i, (a, k) in enumerate(f.plan.tasks(block)):
+            if f.rollouts[block][i].cancelled():
+                self.log.write("task_lost", step=self.loop.env_steps, task=f"rollout actor {a} task {k}")
+                f.rollouts[block][i] = self._submit_rollout(f, a, k, block, retry=f.retries)
+        self.log.write("task_lost", step=self.loop.env_steps, task=f"write {stages.shard_id_for(block)}")
+        f.writes[block] = self._submit_write(block, f.rollouts[block], retry=f.retries)
+
+    # -- 2. commits -------------------------------------------------------------------
+    def _commit_next(self, f: Flight, bar) -> bool:
+        """Commit block ``next_commit`` once the learner finished the block before and its stop is decided."""
+        c = f.next_commit
+        if c >= f.plan.num_blocks or self.loop.block < c or f.stop:
+            return False
+        if c in f.precommitted:                     # resume: committed before the restart
+            self._committed(f, c, f.precommitted.pop(c), {}, bar)
+            return True
+        fut = f.writes.get(c)
+        if fut is None or not fut.done() or not self._stop_decided(f, c) or f.stop:
+            return f.stop
+        try:
+            info = self._materialize(f, fut)
+        except concurrent.futures.CancelledError:
+            self._resubmit_lost(f, c)
+            return True
+        log_version = f.timed("log_commit", stages.commit_stage, self.store, [info["shard_id"]],
+                              meta={"policy_version": f.block_ref[c][1], "block": c},
+                              retention_transitions=self.cfg.replay.retention_transitions)
+        if log_version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
+            self.log.write("gc", step=self.loop.env_steps,
+                           **stages.gc_stage(self.store, self.cfg.replay.gc_grace_s))
+        f.trajectory_bytes += info.get("raw_bytes", 0)
+        self.log.write("commit", step=self.loop.env_steps + info["rows"], log_version=log_version, shards=1,
+                       rows=info["rows"], bytes=info["nbytes"], block=c)
+        self._committed(f, c, info["rows"], info, bar)
+        f.writes.pop(c)
+        f.rollouts.pop(c)
+        f.block_ref.pop(c)
+        return True
+
+    def _committed(self, f: Flight, c: int, rows: int, info: Dict[str, Any], bar) -> None:
+        """Account block ``c``'s rows and task stats (``write_shard_stage``'s metadata)."""
+        import types
+        self.loop.env_steps += rows
+        self.loop.shard_seq = c + 1
+        self.loop.episodes += info.get("episodes", 0)
+        f.recent_returns.extend(info.get("returns_tail", []))
+        for actor, task, worker, seconds, steps, version in info.get("tasks", []):
+            f.slowest_task_s = max(f.slowest_task_s, seconds)
+            self.worker_stats.add(types.SimpleNamespace(actor_id=actor, worker=worker, seconds=seconds,
+                                                        env_steps=steps))
+            f.lags.append((self.loop.policy_version - version,
+                           time.time() - self.version_time.get(version, time.time())))
+        if info.get("tasks"):
+            self.log.write("workers", step=self.loop.env_steps, workers=self.worker_stats.table())
+        f.next_commit = c + 1
+        if bar is not None:
+            bar.update(rows)
+
+    def _stop_decided(self, f: Flight, c: int) -> bool:
+        """Handle, in order, the evaluations block ``c`` waits for; False while one is running."""
+        while f.evals and f.evals[0][0] <= f.plan.decides_stop_before(c):
+            _, fut, steps = f.evals[0]
+            if not fut.done():
+                return False
+            f.evals.popleft()
+            f.slowest_task_s = max(f.slowest_task_s, time.time() - f.eval_submitted.pop(fut, time.time()))
+            f.stop |= self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
+        return True

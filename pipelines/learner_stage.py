@@ -1,0 +1,329 @@
+"""The learner as a stage an executor places: learner, replay cache, sampler, versions, checkpoints.
+
+One :class:`LearnerStage` object holds everything that needs the learner's
+TensorFlow state, so the executor can put it where the accelerator is: in
+the driver process (``learner.resources: {}``, every executor), or as a
+long-lived Dask actor on the worker that advertises ``learner.resources``
+(:meth:`pipelines.executors.dask.DaskExecutor.place`). The driver steers it
+with small calls and receives metadata only::
+
+    stage = LearnerStage(cfg, run_dir, resume)        # placed by the executor
+    stage.restore()                                   # --resume: {"loop": driver counters JSON, "steps"}
+    stage.new_version(1, keep=[])                     # -> {"version", "payload_bytes", ...} (+ records)
+    out = stage.learn_block(b, target, publish=2, keep=[...])
+          # refresh the replay cache from the commit log (the stage reads committed shards itself),
+          # the plan's learner calls of block b with the block's sampler RNG, then version 2 if asked
+          # -> {"steps": ..., "published": {...} or None, "records": [(kind, step, fields), ...]}
+    stage.payload(2)                                  # the version's policy payload (executors publish it)
+    stage.save_best(2, eval_json); stage.checkpoint(loop_json)
+    stage.finish(best_version, policy_version)        # final fp32 / actor-precision evaluation
+
+Data flows one way: shards go store -> stage, payloads go stage -> actors
+(on Dask from the learner's worker to the actors' workers, see
+``DaskExecutor.place``), and metrics come back as ``records`` that the
+driver writes to ``metrics.jsonl``. Because the stage follows the plan
+(:mod:`pipelines.plan`) and TensorFlow runs with op determinism, its
+parameters are bit-identical wherever it is placed.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import socket
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from core import config as config_lib
+from core import urls
+from pipelines import stages
+from pipelines import summary as summary_lib
+from pipelines.plan import TrainingPlan
+
+Record = Tuple[str, int, Dict[str, Any]]     # (metrics kind, step, fields): one metrics.jsonl record
+
+#: Policy versions whose parameters are kept beyond those still evaluated or best (best checkpoint).
+KEEP_VERSIONS = 8
+
+
+def configure_threads(cfg) -> None:
+    """Pin TensorFlow's thread pools before TF creates them (see core.config)."""
+    import tensorflow as tf
+    try:
+        if cfg.threads.tf_intra_op:
+            tf.config.threading.set_intra_op_parallelism_threads(cfg.threads.tf_intra_op)
+        if cfg.threads.tf_inter_op:
+            tf.config.threading.set_inter_op_parallelism_threads(cfg.threads.tf_inter_op)
+    except RuntimeError:
+        pass  # already initialized in this process (e.g. a second run in tests)
+
+
+class LearnerStage:
+    """The learner and what only it can compute (see module docstring).
+
+    Args:
+      cfg: the run's config.
+      run_dir: the run directory (its ``replay`` store exists: the driver creates it).
+      async_versions: quantize in a background thread when asked (central mode, non-deterministic).
+      dask_client: the driver's client, for ``checkpoint.engine: dask`` (the stage is then in the driver).
+    """
+
+    def __init__(self, cfg, run_dir: str, async_versions: bool = False, dask_client=None):
+        from core.agents.registry import get_builder
+        from core.checkpoint import Checkpointer
+        from core.envs import env_spec
+        from core.quality import BroadcastQualityProbe
+        from core.quantize import AsyncQuantizer, PolicyQuantizer
+        from core.replay import ReplayCache, ReplayStore
+        configure_threads(cfg)
+        import tensorflow as tf
+        tf.config.experimental.enable_op_determinism()   # same seed, same parameters, wherever placed
+        self.cfg, self.run_dir = cfg, run_dir
+        self.spec = env_spec(cfg.env.id)
+        self.store = ReplayStore.open(urls.join(run_dir, "replay"), **cfg.replay.writer_options())
+        self.ckpt = Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
+                                 keep_every=cfg.checkpoint.keep_every,
+                                 **({"engine": "dask", "dask_client": dask_client}
+                                    if cfg.checkpoint.engine == "dask" else {}))   # validated: executor dask
+        self.best_ckpt = Checkpointer(urls.join(run_dir, "best"), keep_last=1)
+        self.builder = get_builder(cfg.agent.algo)
+        self.learner = self.builder.make_learner(self.spec, cfg.agent, cfg.seed)
+        self.cache = ReplayCache(self.store, max_transitions=cfg.replay.capacity)
+        self.sampler = self.builder.make_sampler(self.cache, cfg.agent)
+        self.quantizer = PolicyQuantizer(cfg.actors.precision, patch=True)
+        self.async_quantizer = (AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
+                                if async_versions else None)
+        self.plan = TrainingPlan.from_config(cfg)
+        self.rng = self.plan.sampler_rng(0)            # replaced per learner block (pipelines.plan)
+        self.quality = BroadcastQualityProbe(self.spec.discrete, size=256, seed=cfg.seed)
+        self.version_params: Dict[int, Any] = {}      # learner params per version (best checkpoint)
+        self.version_policy: Dict[int, Any] = {}      # policy-network weights per version (quality probe)
+        self.payloads: Dict[int, Any] = {}             # the newest versions' payloads (until published)
+        self.records: List[Record] = []                # metrics for the driver, drained by every call
+
+    # -- where and what ------------------------------------------------------------------
+    def where(self) -> Dict[str, Any]:
+        """``{"address", "host", "pid"}`` of the process that holds the stage (the Dask worker, if any)."""
+        try:
+            from distributed import get_worker
+            address = get_worker().address
+        except (ImportError, ValueError):      # not on a worker: the driver process
+            address = None
+        return {"address": address, "host": socket.gethostname(), "pid": os.getpid()}
+
+    @property
+    def steps(self) -> int:
+        return int(self.learner.steps)
+
+    def restore(self) -> Dict[str, Any]:
+        """Load the latest complete checkpoint; ``{"loop": driver counters (LoopState JSON), "steps"}``."""
+        step = self.ckpt.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"--resume: no complete checkpoint under {urls.join(self.run_dir, 'checkpoints')}")
+        state, meta = self.ckpt.restore(step)
+        self.learner.restore(state["learner"])
+        self.cache.refresh()
+        return {"loop": meta["loop"], "steps": self.steps}
+
+    def _drain(self) -> List[Record]:
+        out, self.records = self.records, []
+        return out
+
+    # -- learner blocks ------------------------------------------------------------------
+    def learn_block(self, block: int, target: int, publish: Optional[int] = None,
+                    keep: Sequence[int] = ()) -> Dict[str, Any]:
+        """Train learner block ``block`` up to ``target`` steps on the committed shards of blocks <= ``block``.
+
+        The driver commits block ``block + 1`` only after this returns, so the
+        refreshed cache holds exactly the plan's shards. ``publish``: quantize
+        that version afterwards (see :meth:`new_version`).
+        """
+        from pipelines.flight import StallError
+        self.cache.refresh()
+        calls = self.plan.calls(self.learner.steps, target)
+        if calls and self.cache.size < self.cfg.replay.min_size:   # would wait forever: say why instead
+            raise StallError(
+                f"learner block {block} needs {self.cfg.replay.min_size} replay rows but the cache holds "
+                f"{self.cache.size} (replay.capacity={self.cfg.replay.capacity}, shards skipped: "
+                f"{len(self.cache.skipped)}); valid: replay.capacity >= replay.min_size and readable shards")
+        self.rng = self.plan.sampler_rng(block)
+        for n in calls:
+            t0 = time.time()
+            m = stages.learn_stage(self.learner, self.sampler, n, self.cfg.agent.batch_size, self.rng)
+            if self.learner.steps % 500 < n:
+                self.records.append(("learner", self.steps, {"loss": m["loss"], "q_mean": m["q_mean"],
+                                                             "steps_per_s": n / max(time.time() - t0, 1e-9)}))
+        published = self._version(publish, keep, blocking=True) if publish is not None else None
+        return {"steps": self.steps, "published": published, "records": self._drain()}
+
+    # -- policy versions -----------------------------------------------------------------
+    def new_version(self, version: int, keep: Sequence[int] = (), blocking: bool = True) -> Dict[str, Any]:
+        """Quantize the learner's policy as ``version``; ``{"published": meta or None, "records"}``.
+
+        ``keep``: versions whose parameters must stay savable (the best, those
+        being evaluated). With ``blocking=False`` (central mode) the version
+        is converted in the background and :meth:`poll_version` returns it.
+        """
+        return {"published": self._version(version, keep, blocking), "records": self._drain()}
+
+    def _version(self, version: int, keep: Sequence[int], blocking: bool) -> Optional[Dict[str, Any]]:
+        # Parameters only: the full state() also copies optimizer slots (3x more at ActorQ size).
+        self.version_params[version] = (self.learner.params() if hasattr(self.learner, "params")
+                                        else self.learner.state()["params"])
+        self.version_policy[version] = [np.array(w) for w in self.learner.policy_model.get_weights()]
+        calib = self.calibration_obs(version)
+        if self.async_quantizer is not None and not blocking:
+            self.async_quantizer.submit(self.learner.policy_model, version, calib)
+            self._keep(version, keep)
+            return None
+        payload = self.quantizer.quantize(self.learner.policy_model, version=version, calibration_obs=calib)
+        self._keep(version, keep)
+        return self._published(payload)
+
+    def poll_version(self) -> Dict[str, Any]:
+        """A version the background quantizer finished since the last poll, or ``published: None``."""
+        payload = self.async_quantizer.latest() if self.async_quantizer is not None else None
+        newest = max(self.payloads, default=0)
+        published = self._published(payload) if payload is not None and payload.version > newest else None
+        return {"published": published, "records": self._drain()}
+
+    def _keep(self, version: int, keep: Sequence[int]) -> None:
+        # A slow evaluation (dm_control) may end after more than KEEP_VERSIONS newer versions: its
+        # version (and the best) must still be savable as the best checkpoint.
+        keep = set(keep)
+        for v in [v for v in self.version_params if v < version - KEEP_VERSIONS and v not in keep]:
+            del self.version_params[v]
+            self.version_policy.pop(v, None)
+
+    def _published(self, payload) -> Dict[str, Any]:
+        """Hold ``payload`` for the executor and score its quality vs fp32 in the background (core.quality)."""
+        self.payloads[payload.version] = payload
+        for v in [v for v in self.payloads if v < payload.version - 1]:
+            del self.payloads[v]          # published by then: the executor holds its own reference
+        self.quality.submit(payload, self.version_policy.get(payload.version), self.learner.policy_model,
+                            self.sampler, self.cache)
+        for q in self.quality.collect():
+            self.records.append(("broadcast_quality", self.steps, q))
+        return {"version": int(payload.version), "payload_bytes": int(payload.nbytes),
+                "convert_seconds": payload.convert_seconds, "precision": payload.precision}
+
+    def payload(self, version: int):
+        """The policy payload of ``version`` (the executor broadcasts or publishes it to actors)."""
+        return self.payloads[version]
+
+    def calibration_obs(self, version: int = 0) -> Optional[np.ndarray]:
+        """int8-full calibration observations of ``version`` (a stream of its own), else None."""
+        if self.cfg.actors.precision != "int8-full":
+            return None
+        n = self.cfg.actors.calibration_size
+        if self.cache.size >= n:   # a stream of its own: calibration never shifts the sampler's
+            obs = self.sampler.sample(n, self.plan.calibration_rng(version))["observation"]
+        else:  # before any replay: observations from a short random-action rollout
+            from core.envs import make_vector_env
+            envs, o = make_vector_env(self.cfg.env.id, 8, self.cfg.seed + 999)
+            rows = [o]
+            while sum(len(r) for r in rows) < n:
+                o, *_ = envs.step(envs.action_space.sample())
+                rows.append(o)
+            envs.close()
+            obs = np.concatenate(rows)[:n]
+        return obs.reshape(len(obs), -1).astype(np.float32)
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def save_best(self, version: int, eval_json: str) -> bool:
+        """Save ``version``'s parameters as the best checkpoint; False if they were not kept."""
+        params = self.version_params.get(version)
+        if params is None:
+            return False
+        self.best_ckpt.save(version, {"params": params}, donate=True,   # never mutated
+                            metadata={"eval": eval_json, "config": config_lib.to_json(self.cfg)})
+        return True
+
+    def checkpoint(self, loop_json: str) -> int:
+        """An async checkpoint of the learner state with the driver's counters; returns its step."""
+        self.ckpt.save(self.learner.steps, {"learner": self.learner.state()}, donate=True,  # fresh host copies
+                       metadata={"loop": loop_json, "replay_log_version": int(self.store.latest_version()),
+                                 "config": config_lib.to_json(self.cfg)})
+        return self.steps
+
+    def wait_checkpoints(self) -> None:
+        self.ckpt.wait()
+
+    # -- end of run ----------------------------------------------------------------------
+    def finish(self, best_version: int, policy_version: int) -> Dict[str, Any]:
+        """Evaluate the best (or final) policy at fp32 and at the actors' precision (``final_eval``)."""
+        self.ckpt.wait()
+        self.best_ckpt.wait()
+        summary_lib.restore_best(self.best_ckpt, best_version, self.learner)
+        calib = self.calibration_obs(policy_version) if self.cfg.actors.precision == "int8-full" else None
+        final = summary_lib.final_evaluation(self.cfg, self.learner, self.builder, self.run_dir,
+                                             policy_version, calib)
+        for q in self.quality.collect(wait=True):
+            self.records.append(("broadcast_quality", self.steps, q))
+        return {"final": final, "steps": self.steps, "records": self._drain()}
+
+    def close(self) -> None:
+        """Close checkpointers (waiting for their writes), the quantizer thread and the quality probe."""
+        self.ckpt.close()
+        self.best_ckpt.close()
+        if self.async_quantizer is not None:
+            self.async_quantizer.close()
+        self.quality.close()
+
+
+class InProcessParts:
+    """The parts of an in-process stage, which central mode (pipelines/central.py) drives directly.
+
+    A mixin of :class:`pipelines.driver.Trainer`; ``self.stage`` is an :class:`InProcessStage`.
+    """
+    learner = property(lambda self: self.stage.obj.learner)
+    sampler = property(lambda self: self.stage.obj.sampler)
+    cache = property(lambda self: self.stage.obj.cache)
+    ckpt = property(lambda self: self.stage.obj.ckpt)
+    rng = property(lambda self: self.stage.obj.rng)
+    quantizer = property(lambda self: self.stage.obj.quantizer,
+                         lambda self, q: setattr(self.stage.obj, "quantizer", q))
+    async_quantizer = property(lambda self: self.stage.obj.async_quantizer,
+                               lambda self, q: setattr(self.stage.obj, "async_quantizer", q))
+
+
+class InProcessStage:
+    """A stage object in this process, behind the handle calls every placement offers.
+
+    ``call`` runs the method at once and returns a done future (like the
+    local executor's submit); ``publish`` hands a version's payload to the
+    executor's ``broadcast``. The Dask handle (``DaskExecutor.place``) offers
+    the same calls for a stage held by a worker.
+    """
+
+    def __init__(self, obj, executor):
+        self.obj, self.executor = obj, executor
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(getattr(self.obj, method)(*args, **kwargs))
+        except Exception as e:  # surfaced by .result(), like a remote failure
+            future.set_exception(e)
+        return future
+
+    def run(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.obj, method)(*args, **kwargs)
+
+    address = None     # no worker holds it
+    bytes_in = 0       # nothing crosses a process boundary
+
+    def published(self, meta: Dict[str, Any]):
+        """The published version's payload itself (central mode swaps it into its inference server)."""
+        return self.obj.payload(meta["version"])
+
+    def publish(self, version: int, key: Optional[str] = None) -> Any:
+        return self.executor.broadcast(self.obj.payload(version))
+
+    def where(self) -> str:
+        return f"{socket.gethostname()} pid {os.getpid()} (driver process)"
+
+    def close(self) -> None:
+        self.obj.close()
