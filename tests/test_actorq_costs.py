@@ -82,3 +82,41 @@ def test_predict_only_cli_and_its_errors(tmp_path, capsys):
         assert ac.main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith(start) and err.count("\n") == 1, (argv, err)
+
+
+def _records(**sched):
+    return [{"kind": "config"},
+            {"kind": "commit", "write_s": 0.5}, {"kind": "commit", "write_s": 1.5}, {"kind": "commit"},
+            {"kind": "workers", "workers": {"w0": {"env_steps": 1000, "env_steps_per_s": 100.0},
+                                            "w1": {"env_steps": 3000, "env_steps_per_s": 100.0}}},
+            {"kind": "schedule", **sched}]
+
+
+def test_wall_split_partitions_wall_time_exactly():
+    from pipelines.summary import SPLIT_PARTS, wall_split
+    busy = {"submit": 2.0, "commit": 3.0, "log_commit": 1.0, "cache_refresh": 1.0, "learn": 60.0,
+            "learn_stage": 50.0, "end_block": 9.0, "new_version": 4.0, "checkpoint": 1.0}
+    split = wall_split(_records(busy_s=busy, idle_s={"shard": 16.0, "evaluation": 2.0, "other": 1.0}), 100.0)
+    # a = (10 + 30) s of tasks / 2 workers = 20; w = 0.5 + 1.5 = 2; wait = 16 + 2 = 18
+    sec = split["seconds"]
+    assert sec["actors"] == pytest.approx(18 * 20 / 22)
+    assert sec["storage"] == pytest.approx(3.0 + 18 * 2 / 22)
+    assert (sec["learner"], sec["broadcast"], sec["checkpoint"]) == (50.0, 4.0, 1.0)
+    assert sec["evaluation"] == pytest.approx(2.0 + 9.0 - 4.0 - 1.0)
+    assert sec["other"] == pytest.approx(100.0 - 50 - (18 + 3) - 4 - 6 - 1)   # wait + commit = 21
+    assert sum(sec.values()) == pytest.approx(100.0) and list(sec) == list(SPLIT_PARTS)
+    assert split["share"]["learner"] == pytest.approx(0.5)
+    assert split["busy_s"] == {"actor_tasks": 40.0, "shard_writes": 2.0, "learner": 50.0}
+    assert split["actor_workers"] == 2
+
+
+def test_wall_split_counts_only_the_last_segment_and_needs_a_schedule():
+    from pipelines.summary import wall_split
+    assert wall_split([{"kind": "config"}, {"kind": "commit", "write_s": 1.0}], 10.0) is None
+    old = _records(busy_s={"learn_stage": 99.0}, idle_s={})
+    new = [{"kind": "config"}, {"kind": "commit", "write_s": 1.0},
+           {"kind": "schedule", "busy_s": {"learn_stage": 3.0}, "idle_s": {"shard": 4.0}}]
+    split = wall_split(old + new, 10.0)
+    # no workers record in this segment: the whole wait is the write's
+    assert split["seconds"]["learner"] == 3.0 and split["seconds"]["storage"] == 4.0
+    assert split["seconds"]["actors"] == 0.0 and split["busy_s"]["shard_writes"] == 1.0
