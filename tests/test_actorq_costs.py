@@ -30,14 +30,15 @@ SETTING = {"replay_ratio": 0.25, "num_actors": 4, "num_envs": 8, "broadcast_peri
 
 def test_learner_bound_setting_predicts_no_int8_speedup():
     pred = ac.predict(_costs(), SETTING)
-    # X_learner = 1 / (r * t_learn + t_commit) = 1 / (0.025 + 1e-5)
-    learner = 1 / (0.25 * 0.1 + 1e-5)
+    # X_learner = 1 / (r * t_learn + t_commit + (r / P) * (t_patch + t_bcast)); int8-full converts
+    learner = {"fp32": 1 / (0.25 * 0.1 + 1e-5 + (0.25 / 250) * (0.1 + 0.05)),
+               "int8-full": 1 / (0.25 * 0.1 + 1e-5 + (0.25 / 250) * (2.0 + 0.05))}
     for p in ("fp32", "int8-full"):
         assert pred[p]["bound"] == "learner"
-        assert pred[p]["env_steps_per_s"] == pytest.approx(learner)
-        assert pred[p]["time_s"] == pytest.approx(100_000 / learner)
+        assert pred[p]["env_steps_per_s"] == pytest.approx(learner[p])
+        assert pred[p]["time_s"] == pytest.approx(100_000 / learner[p])
     assert pred["fp32"]["bounds"]["actors"] == pytest.approx(2 / (1e-3 + 1e-4))
-    assert pred["int8-full"]["speedup_vs_fp32"] == pytest.approx(1.0)
+    assert pred["int8-full"]["speedup_vs_fp32"] == pytest.approx(learner["int8-full"] / learner["fp32"])
 
 
 def test_actor_bound_setting_predicts_the_amdahl_speedup():
@@ -120,3 +121,56 @@ def test_wall_split_counts_only_the_last_segment_and_needs_a_schedule():
     # no workers record in this segment: the whole wait is the write's
     assert split["seconds"]["learner"] == 3.0 and split["seconds"]["storage"] == 4.0
     assert split["seconds"]["actors"] == 0.0 and split["busy_s"]["shard_writes"] == 1.0
+
+
+def _pipeline_costs():
+    c = {"version": {"convert_s": 2.0, "convert_cpu_s": 2.0, "patch_s": 0.3, "patch_cpu_s": 0.3,
+                     "load_s": 0.0, "load_cpu_s": 0.0, "bcast_s": 0.2, "bcast_cpu_s": 0.2, "bytes": 1},
+         "inference": {}, "rollout": {"wall_s": 0.01, "cpu_s": 0.01, "inference_wall_s": 0.0}}
+    storage = {"write_s": 0.0, "write_cpu_s": 0.0, "commit_s": 0.0, "commit_cpu_s": 0.0,
+               "write_shard_s": 0.1, "commit_shard_s": 0.05}
+    learner = {"wall_s": 0.2, "cpu_s": 0.2, "trace_s": 1.0, "retrace_s": 0.5}
+    s = {"replay_ratio": 0.1, "num_actors": 2, "workers": 2, "cores": 64, "broadcast_period": 5,
+         "block_rows": 100, "policy_lag": 1, "min_size": 100, "steps_per_call": 4, "learner_threads": 1}
+    return c, storage, learner, s
+
+
+def test_simulate_plays_the_block_pipeline_exactly():
+    from benchmarks.actorq_model import simulate
+    c, storage, learner, s = _pipeline_costs()
+    run = simulate(c, storage, learner, s, 300)
+    # block 0: rollouts 0.5, write 0.1, commit 0.05, 10 steps [4, 4, 2] = 2.0 + both traces 1.5, version 0.5
+    #          -> 4.65; block 1: rollouts ran ahead (lag 1), commit at 4.7, + 2.0 + 0.5 -> 7.2;
+    # block 2: its rollouts wait for learner block 0's version (4.65) -> 5.15, commit 7.25, -> 9.75
+    assert run["time_s"] == pytest.approx(9.75)
+    assert run["env_steps_per_s"] == pytest.approx(300 / 9.75)
+    assert (run["blocks"], run["learner_steps"], run["versions"]) == (3, 30, 3)
+    assert run["share"]["actors"] == pytest.approx(0.5 / 9.75)
+    assert run["share"]["storage"] == pytest.approx(0.25 / 9.75)
+    assert run["share"]["learner"] == pytest.approx(7.5 / 9.75)
+    assert run["share"]["broadcast"] == pytest.approx(1.5 / 9.75)
+    assert run["bound"] == "learner" and run["slowdown"] == 1.0
+
+
+def test_contention_from_wall_over_cpu_and_its_slowdown():
+    from benchmarks.actorq_model import contention, simulate
+    c, storage, learner, s = _pipeline_costs()
+    assert contention(c, learner, 2) == 0.0       # wall == CPU: nobody else runs
+    slow = dict(c, rollout={"wall_s": 0.02, "cpu_s": 0.01, "inference_wall_s": 0.0})
+    slow_learner = dict(learner, wall_s=0.4, cpu_s=0.2)
+    # sigma = 0.42 / 0.21 = 2 = (M + 1) / C on C = 2 cores: M = 3 other runnable threads
+    assert contention(slow, slow_learner, 2) == pytest.approx(3.0)
+    run = simulate(slow, storage, slow_learner, dict(s, cores=2), 300)
+    # our 2 actors + learner beside 3 others: (3 + 2 u_a + u_l) / 2 over the measured (3 + 1) / 2
+    u = run["utilization"]
+    assert run["slowdown"] == pytest.approx((3 + 2 * u["actors"] + u["learner"]) / 2 / 2.0)
+    assert 1.0 < run["slowdown"] < 1.5
+
+
+def test_projection_limits():
+    import numpy as np
+    from benchmarks.actorq_projection import amdahl, pipelined
+    f = np.array([0.0, 0.5, 0.75, 1.0])
+    assert amdahl(f, 4.0) == pytest.approx([1.0, 1 / (0.5 + 0.125), 1 / (0.25 + 0.1875), 4.0])
+    # overlapped: no gain until actors are the slower side; then max(f, 1-f) / max(f/s, 1-f)
+    assert pipelined(f, 4.0) == pytest.approx([1.0, 1.0, 0.75 / 0.25, 4.0])
