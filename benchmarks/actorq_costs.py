@@ -218,6 +218,8 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
     from core.replay import ReplayStore
     from pipelines.driver import configure_threads
     configure_threads(cfg)
+    import tensorflow as tf
+    tf.config.experimental.enable_op_determinism()   # as the run's learner (pipelines.driver): +~3 s first trace
     spec = env_spec(cfg.env.id)
     builder = get_builder(cfg.agent.algo)
     learner = builder.make_learner(spec, cfg.agent, cfg.seed)

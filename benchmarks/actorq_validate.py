@@ -97,23 +97,59 @@ def validate_one(name: str, config: str, precision: str, overrides: List[str], t
     return row
 
 
+def run_costs(row: Dict[str, Any]) -> Dict[str, Any]:
+    """The costs as the run itself met them (its wall_split and counts), in the model's format.
+
+    learner s/step = learn_stage seconds / learner steps (tracing included), actor
+    s/env step = rollout task seconds / env steps, write s/shard = write seconds /
+    blocks; commit and version costs stay as measured. Fed to the model with
+    contention off, they test its structure (pipelining, fill and drain) apart
+    from how well costs measured before the run foresee the machine's load.
+    """
+    ws, costs, p = row["wall_split"], row["costs"], row["precision"]
+    blocks = max(1, row["predicted"]["run"]["blocks"])
+    c = dict(costs["precisions"][p])
+    c["rollout"] = {"wall_s": ws["busy_s"]["actor_tasks"] / row["env_steps"], "cpu_s": 0.0}
+    c.pop("rollout_parallel", None)
+    storage = dict(costs["storage"], write_shard_s=ws["busy_s"]["shard_writes"] / blocks)
+    learner = {"wall_s": ws["busy_s"]["learner"] / max(row["learner_steps"], 1), "cpu_s": 0.0,
+               "trace_s": 0.0, "retrace_s": 0.0}
+    return {"precisions": {p: c}, "storage": storage, "learner": learner}
+
+
+def structure_check(row: Dict[str, Any]) -> float:
+    """Env steps/s the model predicts from the run's own per-stage costs (:func:`run_costs`)."""
+    from benchmarks.actorq_model import simulate
+    rc = run_costs(row)
+    s = dict(row["setting"], cores=10 ** 6)       # contention off: the run's costs already carry it
+    return simulate(rc["precisions"][row["precision"]], rc["storage"], rc["learner"], s,
+                    row["env_steps"])["env_steps_per_s"]
+
+
 def table(rows: List[Dict[str, Any]]) -> str:
     """The validation table (markdown)."""
     head = ("| setting | precision | env steps | learner steps | predicted env steps/s (steady) | measured | error | "
-            "predicted bound | measured split learner/actors/storage/broadcast/other | load |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n")
+            "from the run's own stage costs | predicted bound | measured split learner/actors/storage/broadcast/other "
+            "| learner ms/step costs -> run | actor us/step costs -> run | load |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     out = []
     for r in rows:
         if "error" not in r:
-            out.append(f"| {r['name']} | {r['precision']} | failed: see JSON | | | | | | | |")
+            out.append(f"| {r['name']} | {r['precision']} | failed: see JSON | | | | | | | | | | |")
             continue
+        rc, c = run_costs(r), r["costs"]
+        par = c["precisions"][r["precision"]].get("rollout_parallel") or c["precisions"][r["precision"]]["rollout"]
+        own = structure_check(r)
+        stages = (f"{1e3 * c['learner']['wall_s']:.0f} -> {1e3 * rc['learner']['wall_s']:.0f} | "
+                  f"{1e6 * par['wall_s']:.0f} -> {1e6 * rc['precisions'][r['precision']]['rollout']['wall_s']:.0f}")
         sh = r["wall_split"]["share"]
         split = "/".join(f"{100 * sh[k]:.0f}" for k in ("learner", "actors", "storage", "broadcast", "other"))
         bound = r["predicted"]["bound"] + " (" + r["predicted"]["run"]["bound"] + ")"
         out.append(f"| {r['name']} | {r['precision']} | {r['env_steps']} | {r['learner_steps']} | "
                    f"{r['predicted_env_steps_per_s']:.0f} ({r['predicted_steady_env_steps_per_s']:.0f}) | "
-                   f"{r['measured_env_steps_per_s']:.0f} | {100 * r['error']:+.0f}% | {bound} | {split} % | "
-                   f"{r['costs_call']['load_before']:.1f}-{r['run_call']['load_after']:.1f} |")
+                   f"{r['measured_env_steps_per_s']:.0f} | {100 * r['error']:+.0f}% | "
+                   f"{own:.0f} ({100 * (own / r['measured_env_steps_per_s'] - 1):+.0f}%) | {bound} | {split} % | "
+                   f"{stages} | {r['costs_call']['load_before']:.1f}-{r['run_call']['load_after']:.1f} |")
     return head + "\n".join(out) + "\n"
 
 
@@ -123,7 +159,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per step")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--table", action="store_true", help="print the table of an existing --out JSON, run nothing")
     args = ap.parse_args(argv)
+    if args.table:
+        with open(args.out) as f:
+            print(table(json.load(f)["rows"]))
+        return 0
     bad = [i for i in args.only or [] if not 0 <= i < len(SETTINGS)]
     if bad:
         print(f"error: --only {bad[0]} is out of range; valid: 0..{len(SETTINGS) - 1}", file=sys.stderr)
