@@ -174,3 +174,22 @@ def test_projection_limits():
     assert amdahl(f, 4.0) == pytest.approx([1.0, 1 / (0.5 + 0.125), 1 / (0.25 + 0.1875), 4.0])
     # overlapped: no gain until actors are the slower side; then max(f, 1-f) / max(f/s, 1-f)
     assert pipelined(f, 4.0) == pytest.approx([1.0, 1.0, 0.75 / 0.25, 4.0])
+
+
+def test_validation_feeds_the_model_the_runs_own_stage_costs(capsys):
+    from benchmarks import actorq_validate as av
+    c, storage, learner, s = _pipeline_costs()
+    row = {"precision": "fp32", "env_steps": 300, "learner_steps": 30,
+           "costs": {"precisions": {"fp32": dict(c, rollout_parallel={"wall_s": 9.0, "workers": 2})},
+                     "storage": storage, "learner": learner},
+           "predicted": {"run": {"blocks": 3}}, "setting": s,
+           "wall_split": {"busy_s": {"actor_tasks": 3.0, "shard_writes": 0.3, "learner": 6.0}}}
+    rc = av.run_costs(row)
+    assert rc["precisions"]["fp32"]["rollout"]["wall_s"] == 0.01           # 3 s of tasks / 300 env steps
+    assert "rollout_parallel" not in rc["precisions"]["fp32"]
+    assert rc["storage"]["write_shard_s"] == pytest.approx(0.1)            # 0.3 s / 3 blocks
+    assert rc["learner"] == {"wall_s": 0.2, "cpu_s": 0.0, "trace_s": 0.0, "retrace_s": 0.0}
+    # The pipeline of test_simulate_... without traces (1.5 s less on the critical path).
+    assert av.structure_check(row) == pytest.approx(300 / (9.75 - 1.5))
+    assert av.main(["--only", "99", "--out", "x.json"]) == 2
+    assert capsys.readouterr().err.startswith("error: --only 99 is out of range; valid: 0..")
