@@ -18,9 +18,10 @@ Costs per env step, for precision ``p`` (wall ``t``, CPU ``c``)::
 Steady state (``predict``'s ``env_steps_per_s``): three resources bound the run::
 
     X_actors  = W / (A_p + S)               W = min(N, workers) actor processes in parallel
-    X_learner = 1 / (r * t_learn + K + (r / P) * V_p)
-                                            r = learner.replay_ratio, P = actors.broadcast_period
-    X_cpu     = C / (c_A,p + c_S + c_K + r * c_learn + (r / P) * c_V,p)     all CPU over C cores
+    X_learner = 1 / (r * t_learn + K + v * V_p)
+                                            r = learner.replay_ratio, v = min(r / P, 1 / R) versions per
+                                            env step (P = actors.broadcast_period, at most one per block)
+    X_cpu     = C / (c_A,p + c_S + c_K + r * c_learn + v * c_V,p)     all CPU over C cores
     X_p       = min(X_actors, X_learner, X_cpu)
 
 A finite run (``predict``'s ``run``, what the validation compares) is the
@@ -88,10 +89,12 @@ def steady_bounds(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str,
     r, n, period = s["replay_ratio"], s["num_actors"], s["broadcast_period"]
     w = min(n, s["workers"])
     v_wall, v_cpu = _version(c["version"])
-    q_cpu = (r / period) * (v_cpu + n * c["version"]["load_cpu_s"])
+    # Versions per env step: r / P, but at most one per learner block (published at block ends).
+    per = min(r / period, 1.0 / s["block_rows"]) if "block_rows" in s else r / period
+    q_cpu = per * (v_cpu + n * c["version"]["load_cpu_s"])
     a, c_a = c["rollout"]["wall_s"], c["rollout"]["cpu_s"]
     return {"actors": w / (a + storage["write_s"]),
-            "learner": 1.0 / (r * learner["wall_s"] + storage["commit_s"] + (r / period) * v_wall),
+            "learner": 1.0 / (r * learner["wall_s"] + storage["commit_s"] + per * v_wall),
             "cpu": s["cores"] / (c_a + storage["write_cpu_s"] + storage["commit_cpu_s"] + r * learner["cpu_s"]
                                  + q_cpu)}
 

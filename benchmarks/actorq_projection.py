@@ -49,18 +49,23 @@ def scenario(costs: Dict[str, Any], s: Dict[str, Any], precision: str, k: float,
     """Steady-state speedup of ``precision`` over fp32 and fp32's actor share, learner K x faster, N actor cores.
 
     Each actor core runs one actor process; the learner has cores of its own
-    (so the CPU bound does not apply); per-step costs are this machine's.
+    (so the CPU bound does not apply); policy versions are published off the
+    learner's path (as an accelerator learner would, ``AsyncQuantizer``), so only
+    the actors differ between precisions; per-step costs are this machine's.
     """
     lrn = dict(costs["learner"], wall_s=costs["learner"]["wall_s"] / k, cpu_s=costs["learner"]["cpu_s"] / k)
     setting = dict(s, workers=n, num_actors=max(n, s["num_actors"]), cores=10 ** 9)
-    rates = {}
+    rates, bounds = {}, {}
     for p in ("fp32", precision):
         c = dict(costs["precisions"][p])
         c["rollout"] = dict(c["rollout"], wall_s=_actor_step(c))
-        b = steady_bounds(c, costs["storage"], lrn, setting)
-        rates[p] = min(b["actors"], b["learner"])
-    a = _actor_step(costs["precisions"]["fp32"]) / n
-    learn = s["replay_ratio"] * lrn["wall_s"]
+        # Versions published off the learner's path (core.quantize.AsyncQuantizer): only actors differ.
+        c["version"] = dict(c["version"], patch_s=0.0, patch_cpu_s=0.0, convert_s=0.0, convert_cpu_s=0.0,
+                            bcast_s=0.0, bcast_cpu_s=0.0, load_cpu_s=0.0)
+        bounds[p] = steady_bounds(c, costs["storage"], lrn, setting)
+        rates[p] = min(bounds[p]["actors"], bounds[p]["learner"])
+    # fp32's time per env step on each side: actors (parallel), the learner's path (steps, commit, versions)
+    a, learn = 1.0 / bounds["fp32"]["actors"], 1.0 / bounds["fp32"]["learner"]
     return {"speedup": rates[precision] / rates["fp32"], "actor_share": a / (a + learn)}
 
 
@@ -115,7 +120,7 @@ def plot(costs: Dict[str, Any], s: Dict[str, Any], precision: str, points: Seque
     bx.legend(fontsize=8)
     bx.grid(alpha=0.3, which="both")
     fig.text(0.01, 0.005, note, fontsize=7, va="bottom")
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     fig.savefig(path, dpi=110)
     return {"actor_speedup": speed, "marks": marks}
 
@@ -125,6 +130,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--costs", required=True, help="an actorq_costs --out JSON with fp32 and --precision")
     ap.add_argument("--validation", help="an actorq_validate --out JSON (measured points)")
     ap.add_argument("--precision", default="int8-dynamic")
+    ap.add_argument("--point", action="append", default=[], metavar="SHARE,SPEEDUP,LABEL",
+                    help="another measured point (e.g. a study's fp32 actor share and int8 throughput ratio)")
     ap.add_argument("--out", required=True, help="PNG path")
     args = ap.parse_args(argv)
     with open(args.costs) as f:
@@ -137,14 +144,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.validation:
         with open(args.validation) as f:
             validation = json.load(f)
-    note = ("Assumptions: per-step costs measured on this machine (" + record.get("measured_at", "?") +
-            f", load {record['load_average'][0]:.1f}); steady state (no start-up, warm-up, evaluation); "
-            "the learner is K x faster per step and runs beside N single-thread actor processes on their own cores; "
-            "commit and policy versions stay on the learner's path;\nshard writes as measured; no network or "
-            "memory-bandwidth limits. Measured points: validation settings run at both precisions "
-            "(x from the fp32 run's wall_split).")
-    out = plot(record["costs"], record["setting"], args.precision, measured_points(validation, args.precision),
-               args.out, note)
+    note = ("PROJECTION. Assumptions: per-step costs measured on this machine (" + record.get("measured_at", "?") +
+            f", load {record['load_average'][0]:.1f}); steady state (no start-up, warm-up, evaluation);\n"
+            "the learner is K x faster per step and runs beside N single-thread actor processes on cores of their "
+            "own; commits stay on the learner's path; policy versions are published off it (async quantizer); "
+            "shard writes as measured; no network or memory-bandwidth limits.\n"
+            "Actor share = fp32 actor time / (actor + learner-path time) per env step. Measured points (red): "
+            "runs at both precisions, x from the fp32 run's wall_split (actors / (actors + learner)), y = env steps/s ratio.")
+    points = measured_points(validation, args.precision)
+    for item in args.point:
+        try:
+            share, speedup, label = item.split(",", 2)
+            points.append((float(share), float(speedup), label))
+        except ValueError:
+            print(f"error: --point {item!r} is not SHARE,SPEEDUP,LABEL; valid: e.g. 0.04,0.95,study r0.03",
+                  file=sys.stderr)
+            return 2
+    out = plot(record["costs"], record["setting"], args.precision, points, args.out, note)
     print(json.dumps(out, indent=1))
     return 0
 
