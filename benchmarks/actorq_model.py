@@ -152,7 +152,7 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
 
 
 def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any], s: Dict[str, Any],
-             env_steps: int, iterations: int = 8) -> Dict[str, Any]:
+             env_steps: int, iterations: int = 8, others: Optional[float] = None) -> Dict[str, Any]:
     """A run of ``env_steps`` (module docstring): the block pipeline at the run's own CPU contention.
 
     The costs were measured one thread at a time among ``M`` (:func:`contention`)
@@ -160,13 +160,17 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
     compete (``u``: busy fractions, ``T_l`` = learner threads), so per-step wall
     times scale by ``max(1, (M + k) / C) / max(1, (M + 1) / C)``. ``u`` and the
     pipeline are solved together by fixed-point iteration (``iterations`` rounds).
+    ``others``: the other users' runnable threads during the run, where known
+    (e.g. from the load average); the per-step costs are then scaled from their
+    own measuring-time contention to ``others``.
     """
-    m, cores = contention(c, learner, s["cores"]), s["cores"]
+    m0, cores = contention(c, learner, s["cores"]), s["cores"]
+    m = m0 if others is None else max(0.0, others)
     w, t_l = min(s["num_actors"], s["workers"]), s.get("learner_threads", 1)
-    base = max(1.0, (m + 1) / cores)
+    base = max(1.0, (m0 + 1) / cores)
     # Rollouts measured on the run's W workers at once already carry their own contention.
     par = c.get("rollout_parallel")
-    a_wall, a_base = (par["wall_s"], max(1.0, (m + par["workers"]) / cores)) if par else (c["rollout"]["wall_s"], base)
+    a_wall, a_base = (par["wall_s"], max(1.0, (m0 + par["workers"]) / cores)) if par else (c["rollout"]["wall_s"], base)
     traces = (learner.get("trace_s", 0.0), learner.get("retrace_s", 0.0))
     u_a = u_l = 1.0
     for _ in range(iterations):

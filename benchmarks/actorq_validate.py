@@ -126,20 +126,36 @@ def structure_check(row: Dict[str, Any]) -> float:
                     row["env_steps"])["env_steps_per_s"]
 
 
+def with_run_load(row: Dict[str, Any]) -> float:
+    """Env steps/s predicted from the pre-measured costs, contention set by the load average around the run.
+
+    Other users' runnable threads = the mean of the 1-minute load average before
+    and after the run, less the run's own busy threads as the plain prediction
+    had them (``W u_actors + u_learner``).
+    """
+    from benchmarks.actorq_model import simulate
+    p, c, s = row["precision"], row["costs"], row["setting"]
+    run = row["predicted"]["run"]
+    own = min(s["num_actors"], s["workers"]) * run["utilization"]["actors"] + run["utilization"]["learner"]
+    load = (row["run_call"]["load_before"] + row["run_call"]["load_after"]) / 2
+    return simulate(c["precisions"][p], c["storage"], c["learner"], s, row["env_steps"],
+                    others=load - own)["env_steps_per_s"]
+
+
 def table(rows: List[Dict[str, Any]]) -> str:
     """The validation table (markdown)."""
     head = ("| setting | precision | env steps | learner steps | predicted env steps/s (steady) | measured | error | "
-            "from the run's own stage costs | predicted bound | measured split learner/actors/storage/broadcast/other "
+            "with the run's load average | from the run's own stage costs | predicted bound | measured split learner/actors/storage/broadcast/other "
             "| learner ms/step costs -> run | actor us/step costs -> run | load |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     out = []
     for r in rows:
         if "error" not in r:
-            out.append(f"| {r['name']} | {r['precision']} | failed: see JSON | | | | | | | | | | |")
+            out.append(f"| {r['name']} | {r['precision']} | failed: see JSON | | | | | | | | | | | |")
             continue
         rc, c = run_costs(r), r["costs"]
         par = c["precisions"][r["precision"]].get("rollout_parallel") or c["precisions"][r["precision"]]["rollout"]
-        own = structure_check(r)
+        own, loaded = structure_check(r), with_run_load(r)
         stages = (f"{1e3 * c['learner']['wall_s']:.0f} -> {1e3 * rc['learner']['wall_s']:.0f} | "
                   f"{1e6 * par['wall_s']:.0f} -> {1e6 * rc['precisions'][r['precision']]['rollout']['wall_s']:.0f}")
         sh = r["wall_split"]["share"]
@@ -148,6 +164,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
         out.append(f"| {r['name']} | {r['precision']} | {r['env_steps']} | {r['learner_steps']} | "
                    f"{r['predicted_env_steps_per_s']:.0f} ({r['predicted_steady_env_steps_per_s']:.0f}) | "
                    f"{r['measured_env_steps_per_s']:.0f} | {100 * r['error']:+.0f}% | "
+                   f"{loaded:.0f} ({100 * (loaded / r['measured_env_steps_per_s'] - 1):+.0f}%) | "
                    f"{own:.0f} ({100 * (own / r['measured_env_steps_per_s'] - 1):+.0f}%) | {bound} | {split} % | "
                    f"{stages} | {r['costs_call']['load_before']:.1f}-{r['run_call']['load_after']:.1f} |")
     return head + "\n".join(out) + "\n"
