@@ -193,3 +193,37 @@ def test_validation_feeds_the_model_the_runs_own_stage_costs(capsys):
     assert av.structure_check(row) == pytest.approx(300 / (9.75 - 1.5))
     assert av.main(["--only", "99", "--out", "x.json"]) == 2
     assert capsys.readouterr().err.startswith("error: --only 99 is out of range; valid: 0..")
+
+
+def test_simulate_takes_the_runs_own_contention():
+    from benchmarks.actorq_model import simulate
+    c, storage, learner, s = _pipeline_costs()
+    s = dict(s, cores=2)
+    # costs measured on an idle machine (wall == CPU); 3 other threads during the run
+    run = simulate(c, storage, learner, s, 300, others=3.0)
+    u = run["utilization"]
+    assert run["contention_others"] == 3.0
+    assert run["slowdown"] == pytest.approx((3 + 2 * u["actors"] + u["learner"]) / 2)
+    assert run["time_s"] > simulate(c, storage, learner, s, 300)["time_s"]
+
+
+def test_paired_ratios_per_seed_with_spread():
+    from core.report_actorq import paired_ratios, spread_table
+    from core.report_runs import Run
+
+    def run(p, seed, sps, kwh, final, learner=None):
+        summary = {"env_steps_per_s": sps, "energy_kwh": kwh, "co2e_kg": kwh / 2, "time_to_target_s": None,
+                   "final_eval": {"fp32": {"mean": final}, p: {"mean": final}},
+                   "wall_split": {"share": {"learner": learner}}}
+        cfg = {"env": {"id": "CartPole-v1"}, "agent": {"algo": "dqn"}, "actors": {"precision": p}, "seed": seed,
+               "eval": {"target_return": 475}}
+        return Run(f"r-{p}-{seed}", cfg, summary, [])
+    runs = [run("fp32", 0, 100.0, 1.0, 200.0, 0.8), run("fp32", 1, 50.0, 2.0, 100.0, 0.6),
+            run("int8-full", 0, 110.0, 0.5, 100.0), run("int8-full", 1, 40.0, 2.0, 150.0)]
+    (row,) = paired_ratios(runs)
+    assert row["pairs"] == 2 and row["time_to_target"] is None
+    assert row["throughput"] == {"median": pytest.approx(0.95), "min": 0.8, "max": pytest.approx(1.1), "n": 2}
+    assert row["energy"] == {"median": 1.5, "min": 1.0, "max": 2.0, "n": 2}
+    assert row["final_rel"]["min"] == -0.5 and row["final_rel"]["max"] == 0.5
+    assert row["learner_share"]["median"] == pytest.approx(0.7)
+    assert "| 0.95x [0.80, 1.10] (n=2) |" in spread_table([row])
