@@ -1,7 +1,10 @@
-"""The cost model of benchmarks/actorq_costs.py: exact bounds from given costs, and its CLI's bad input.
+"""The ActorQ cost model (benchmarks/actorq_model.py), its CLIs' bad input, and the wall split.
 
-Measuring is a benchmark (not run here); these tests check the model's arithmetic
-and the one-line errors. Budget: well under a second.
+Measuring is a benchmark (not run here); these tests check the model's exact
+arithmetic (steady bounds, the block pipeline, contention), the validation's
+structure check, the paired-ratio report, the one-line errors, and the
+``wall_split`` of ``summary.json`` on synthetic records and on one short real
+run. Budget: ~20 s (the real run).
 """
 from __future__ import annotations
 
@@ -227,3 +230,26 @@ def test_paired_ratios_per_seed_with_spread():
     assert row["final_rel"]["min"] == -0.5 and row["final_rel"]["max"] == 0.5
     assert row["learner_share"]["median"] == pytest.approx(0.7)
     assert "| 0.95x [0.80, 1.10] (n=2) |" in spread_table([row])
+
+
+def test_a_real_run_records_its_wall_split(tmp_path):
+    """A short local run (default small config): the split is in summary.json and adds up to its wall time."""
+    from core.config import load_config
+    from core.metrics import read_metrics
+    from pipelines.train import train
+    cfg = load_config(overrides=["executor=local", "total_env_steps=1500", "replay.min_size=500",
+                                 "eval.every_env_steps=100000", "checkpoint.every_steps=100000"])
+    run_dir = str(tmp_path / "run")
+    summary = train(cfg, run_dir, progress=False)
+    with open(f"{run_dir}/summary.json") as f:
+        split = json.load(f)["wall_split"]
+    assert split == summary["wall_split"]
+    assert sum(split["seconds"].values()) == pytest.approx(summary["wall_s"])
+    sched = read_metrics(run_dir, "schedule")[-1]
+    commits = read_metrics(run_dir, "commit")
+    assert split["seconds"]["learner"] == sched["busy_s"]["learn_stage"] > 0
+    assert all(c["write_s"] > 0 for c in commits)
+    assert split["busy_s"]["shard_writes"] == pytest.approx(sum(c["write_s"] for c in commits))
+    # The local executor runs rollouts inside "submit": the actors' part is measured, not a remainder.
+    assert split["seconds"]["actors"] > 0 and split["busy_s"]["actor_tasks"] > 0
+    assert 0 <= split["seconds"]["other"] < 0.5 * summary["wall_s"]
