@@ -21,45 +21,21 @@ intra-op threads count):
   selection + trajectory assembly), the actor task as it runs on a worker;
 * ``learner``: ``learn_stage`` per learner step (``agent.batch_size``,
   ``learner.steps_per_call`` steps per call, the config's network, replay
-  sampled from shards the rollouts wrote);
+  sampled from shards the rollouts wrote), and ``trace_s``: the first call's
+  extra seconds (``tf.function`` tracing);
 * ``version``: ``PolicyQuantizer.quantize`` (convert), ``FlatbufferPatcher.patch``
   (where the precision allows), actor-side ``LiteRTPolicy`` load, payload
-  bytes, and a Dask ``scatter(broadcast=True)`` to one worker (``--no-dask`` skips it);
-* ``storage``: ``write_shard_stage`` and ``commit_stage`` per env step, shards
+  bytes, and a Dask ``scatter(broadcast=True)`` to the run's actor workers (``--no-dask`` skips it);
+* ``rollout_parallel``: the rollout stage on those Dask workers, every actor's
+  tasks chained on its worker and all actors at once, as in the run (not with ``--no-dask``);
+* ``storage``: ``write_shard_stage`` and ``commit_stage`` per env step and per shard, shards
   of one round of tasks (``actors.num_actors`` x ``env.num_envs`` x
   ``actors.steps_per_task`` rows).
 
-The model. Per env step, for precision ``p`` (wall ``t``, CPU ``c``)::
-
-    A_p = t_rollout,p                       one actor task's time per env step (1 thread)
-    S   = t_write                           shard write (a worker task in Dask runs)
-    K   = t_commit                          commit + cache refresh (the driver)
-    L   = r * t_learn                       r = learner.replay_ratio (learner steps per env step)
-    Q_p = (r / P) * (t_q,p + N * t_load,p + t_bcast,p)
-                                            P = actors.broadcast_period (learner steps per version),
-                                            t_q = patch if the precision is patchable else convert
-
-Three resources bound the run; each is serial or shared, and the rest overlaps:
-
-    X_actors  = W / (A_p + S)               W = min(N, workers) actor processes in parallel
-    X_learner = 1 / (L + K)                 the learner thread (it also commits; the version
-                                            work runs in a background thread off its path)
-    X_cpu     = C / (c_A,p + c_S + c_K + r * c_learn + Q_p)     all CPU work over C cores
-    X_p       = min(X_actors, X_learner, X_cpu)                  env steps/s of the whole run
-    T_p       = E / X_p                                          time for E env steps
-                                                                 (E: to target, or the budget)
-
-Amdahl's law is the ``X_cpu`` case: with ``f`` the actor-inference share of
-fp32's CPU per env step and ``s`` the inference speedup of ``p``,
-``X_p / X_fp32 = 1 / ((1 - f) + f / s)``. When ``X_learner`` binds, int8
-changes nothing (ratio 1): that is the learner-bound regime, reached when
-``r * t_learn`` exceeds the actor side's time per env step.
-
-The model ignores: contention between the learner's TF threads and actors
-beyond CPU-seconds (cache, memory bandwidth), evaluation episodes, checkpoint
-writes, start-up, and replay warm-up (``replay.min_size`` env steps before the
-first learner step, which only shifts time by ``min_size / X_actors``).
-Validating it against whole runs is a separate step (issue 14, part 1).
+The model (``benchmarks.actorq_model``, its docstring has the formulas):
+steady-state bounds (actors, learner, CPU) and the finite run played out as
+the driver's block pipeline. ``benchmarks.actorq_validate`` compares it with
+whole runs.
 """
 from __future__ import annotations
 
@@ -73,6 +49,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from benchmarks.actorq_model import predict, setting  # noqa: F401  (the CLI's model)
 
 DEFAULT_CONFIG = os.path.join("configs", "actorq", "cartpole-dqn.yaml")
 PRECISIONS = ("fp32", "int8-dynamic", "int8-full")
@@ -127,9 +105,9 @@ def measure_inference(payload, obs_dim: int, batches: Sequence[int], calls: int,
     return out
 
 
-def measure_version(model, precision: str, calib: np.ndarray, num_envs: int, threads: int, repeats: int,
-                    client=None) -> Tuple[Dict[str, Any], Any]:
-    """Per-version costs: convert, patch, actor load, payload bytes, Dask scatter. Returns (costs, payload)."""
+def measure_version(model, precision: str, calib: np.ndarray, num_envs: int, threads: int,
+                    repeats: int) -> Tuple[Dict[str, Any], Any]:
+    """Per-version costs: convert, patch, actor load, payload bytes. Returns (costs, payload)."""
     from core.policy import LiteRTPolicy
     from core.quantize import PATCHABLE_PRECISIONS, FlatbufferPatcher, PolicyQuantizer
     quantizer = PolicyQuantizer(precision)
@@ -143,11 +121,6 @@ def measure_version(model, precision: str, calib: np.ndarray, num_envs: int, thr
         row["patch_s"], row["patch_cpu_s"], _ = timed(lambda: patcher.patch(weights, 2), max(repeats, 3))
     row["load_s"], row["load_cpu_s"], _ = timed(lambda: LiteRTPolicy(payload, batch_size=num_envs,
                                                                       num_threads=threads), max(repeats, 3))
-    if client is not None:
-        def scatter():
-            fut = client.scatter(payload, broadcast=True, hash=False)
-            client.cancel(fut)
-        row["bcast_s"], row["bcast_cpu_s"], _ = timed(scatter, max(repeats, 3))
     return row, payload
 
 
@@ -170,6 +143,32 @@ def measure_rollouts(cfg, builder, payload, tasks: int, run_id: str) -> Tuple[Di
     return {"wall_s": sum(walls) / steps, "cpu_s": sum(cpus) / steps, "inference_wall_s": infer / steps}, results
 
 
+def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id: str) -> Dict[str, float]:
+    """The rollout stage as the run runs it: every actor's tasks chained on its Dask worker, all at once.
+
+    Per env step from the tasks' own ``RolloutStats.seconds`` (what the run's
+    ``workers`` records count), after one warm-up task per actor.
+    """
+    from core.rollout import ActorSpec, release_actors, run_rollout_task
+    workers = sorted(client.scheduler_info()["workers"])
+    ref = client.scatter(payload, broadcast=True, hash=False)
+    explore = builder.exploration(cfg.agent, 0, 0)
+    futures = []
+    for a in range(cfg.actors.num_actors):
+        spec = ActorSpec(run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a, cfg.env.max_episode_steps,
+                         cfg.threads.litert, builder.action_selector)
+        prev = None
+        for k in range(tasks + 1):
+            prev = client.submit(run_rollout_task, spec, ref, k, cfg.actors.steps_per_task, explore, after=prev,
+                                 key=f"{run_id}-a{a}-t{k}", workers=[workers[a % len(workers)]])
+            futures.append((k, prev))
+    stats = [fut.result().stats for k, fut in futures if k > 0]
+    client.run(release_actors, run_id)
+    steps = sum(st.env_steps for st in stats)
+    return {"wall_s": sum(st.seconds for st in stats) / steps,
+            "inference_wall_s": sum(st.inference_seconds for st in stats) / steps, "workers": len(workers)}
+
+
 def measure_storage(cfg, store, store_url: str, results: List[Any], shards: int) -> Dict[str, float]:
     """Shard write and commit per env step, shards of one round of actor tasks."""
     from pipelines import stages
@@ -186,8 +185,10 @@ def measure_storage(cfg, store, store_url: str, results: List[Any], shards: int)
         w["commit_wall"] += kw
         w["commit_cpu"] += kc
         rows += info["rows"]
+    k = max(len(groups), 1)   # a shard's write and commit cost mostly per shard, not per row (small rows)
     return {"write_s": w["write_wall"] / rows, "write_cpu_s": w["write_cpu"] / rows,
-            "commit_s": w["commit_wall"] / rows, "commit_cpu_s": w["commit_cpu"] / rows, "rows": rows}
+            "commit_s": w["commit_wall"] / rows, "commit_cpu_s": w["commit_cpu"] / rows, "rows": rows,
+            "write_shard_s": w["write_wall"] / k, "commit_shard_s": w["commit_wall"] / k, "shards": len(groups)}
 
 
 def measure_learner(cfg, builder, learner, store, calls: int) -> Dict[str, float]:
@@ -199,10 +200,14 @@ def measure_learner(cfg, builder, learner, store, calls: int) -> Dict[str, float
     sampler = builder.make_sampler(cache, cfg.agent)
     rng = np.random.default_rng(cfg.seed)
     n, batch = cfg.learner.steps_per_call, cfg.agent.batch_size
-    stages.learn_stage(learner, sampler, n, batch, rng)
+    first, first_cpu, _ = timed(lambda: stages.learn_stage(learner, sampler, n, batch, rng), 1)
     wall, cpu, _ = timed(lambda: stages.learn_stage(learner, sampler, n, batch, rng), calls)
+    # A call of a new shape traces tf.function again (once more with reduce_retracing, the
+    # shape-generalized trace): one-off costs the run pays at its first short call.
+    second = timed(lambda: stages.learn_stage(learner, sampler, n - 1, batch, rng), 1)[0] if n > 1 else wall
     return {"wall_s": wall / n, "cpu_s": cpu / n, "batch_size": batch, "steps_per_call": n,
-            "replay_rows": cache.size}
+            "trace_s": max(0.0, first - wall), "trace_cpu_s": max(0.0, first_cpu - cpu),
+            "retrace_s": max(0.0, second - wall * (n - 1) / n), "replay_rows": cache.size}
 
 
 def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_calls: int,
@@ -213,73 +218,54 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
     from core.replay import ReplayStore
     from pipelines.driver import configure_threads
     configure_threads(cfg)
+    import tensorflow as tf
+    tf.config.experimental.enable_op_determinism()   # as the run's learner (pipelines.driver): +~3 s first trace
     spec = env_spec(cfg.env.id)
     builder = get_builder(cfg.agent.algo)
     learner = builder.make_learner(spec, cfg.agent, cfg.seed)
     model = learner.policy_model
     calib = _calibration(cfg.env.id, cfg.actors.calibration_size, cfg.seed)
-    client = cluster = None
-    if dask:
-        from distributed import Client, LocalCluster
-        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
     out: Dict[str, Any] = {"env": measure_env(cfg, 200), "precisions": {}}
     rollout_results: List[Any] = []
-    try:
-        for p in precisions:
-            version, payload = measure_version(model, p, calib, cfg.env.num_envs, cfg.threads.litert, repeats, client)
-            inference = measure_inference(payload, spec.obs_dim, sorted({1, cfg.env.num_envs}), 50,
-                                          cfg.threads.litert)
-            rollout, results = measure_rollouts(cfg, builder, payload, tasks, f"costs-{p}")
-            rollout_results += results
-            out["precisions"][p] = {"version": version, "inference": inference, "rollout": rollout}
-    finally:
-        if client is not None:
-            client.close()
-            cluster.close()
+    payloads = {}
+    # In-process costs first, one thread at a time (their wall / CPU gives the machine's load,
+    # benchmarks.actorq_model.contention); the Dask workers start only afterwards.
+    for p in precisions:
+        version, payloads[p] = measure_version(model, p, calib, cfg.env.num_envs, cfg.threads.litert, repeats)
+        inference = measure_inference(payloads[p], spec.obs_dim, sorted({1, cfg.env.num_envs}), 50,
+                                      cfg.threads.litert)
+        rollout, results = measure_rollouts(cfg, builder, payloads[p], tasks, f"costs-{p}")
+        rollout_results += results
+        out["precisions"][p] = {"version": version, "inference": inference, "rollout": rollout}
     with tempfile.TemporaryDirectory(prefix="actorq-costs-") as tmp:
         store_url = os.path.join(tmp, "replay")
         store = ReplayStore.open_or_create(store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
         out["storage"] = measure_storage(cfg, store, store_url, rollout_results, len(rollout_results))
         out["learner"] = measure_learner(cfg, builder, learner, store, learner_calls)
+    if dask:
+        measure_on_workers(cfg, builder, payloads, out, repeats, tasks)
     return out
 
 
-# --------------------------------------------------------------------- model
-
-def setting(cfg, cores: Optional[int] = None) -> Dict[str, Any]:
-    """The config values the model reads."""
-    workers = cfg.dask.n_workers or cores or os.cpu_count() or 1
-    return {"replay_ratio": cfg.learner.replay_ratio, "num_actors": cfg.actors.num_actors,
-            "num_envs": cfg.env.num_envs, "broadcast_period": cfg.actors.broadcast_period,
-            "workers": workers if cfg.executor == "dask" else 1,
-            "cores": cores or os.cpu_count() or 1, "budget_env_steps": cfg.total_env_steps,
-            "executor": cfg.executor}
-
-
-def predict(costs: Dict[str, Any], s: Dict[str, Any], env_steps: Optional[int] = None) -> Dict[str, Any]:
-    """Whole-run env steps/s per precision (see the module docstring) and the ratio to fp32."""
-    r, n, period = s["replay_ratio"], s["num_actors"], s["broadcast_period"]
-    w = min(n, s["workers"])
-    sto, lrn = costs["storage"], costs["learner"]
-    out = {}
-    for p, c in costs["precisions"].items():
-        v = c["version"]
-        t_q = v["patch_s"] if v["patch_s"] is not None else v["convert_s"]
-        c_q = v["patch_cpu_s"] if v["patch_cpu_s"] is not None else v["convert_cpu_s"]
-        q = (r / period) * (c_q + n * v["load_cpu_s"] + (v.get("bcast_cpu_s") or 0.0))
-        a, c_a = c["rollout"]["wall_s"], c["rollout"]["cpu_s"]
-        bounds = {"actors": w / (a + sto["write_s"]),
-                  "learner": 1.0 / (r * lrn["wall_s"] + sto["commit_s"]),
-                  "cpu": s["cores"] / (c_a + sto["write_cpu_s"] + sto["commit_cpu_s"] + r * lrn["cpu_s"] + q)}
-        x = min(bounds.values())
-        e = env_steps or s["budget_env_steps"]
-        out[p] = {"env_steps_per_s": x, "bound": min(bounds, key=bounds.get), "bounds": bounds,
-                  "time_s": e / x, "version_s": t_q}
-    base = out.get("fp32", {}).get("env_steps_per_s")
-    for p in out:
-        out[p]["speedup_vs_fp32"] = out[p]["env_steps_per_s"] / base if base else None
-    return out
+def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, Any], repeats: int,
+                       tasks: int) -> None:
+    """Dask scatter and parallel rollouts per precision, on a LocalCluster of the run's actor workers."""
+    from distributed import Client, LocalCluster
+    n = min(cfg.actors.num_actors, cfg.dask.n_workers or os.cpu_count() or 1)
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    try:
+        for p, payload in payloads.items():
+            def scatter():
+                fut = client.scatter(payload, broadcast=True, hash=False)
+                client.cancel(fut)
+            v = out["precisions"][p]["version"]
+            v["bcast_s"], v["bcast_cpu_s"], _ = timed(scatter, max(repeats, 3))
+            out["precisions"][p]["rollout_parallel"] = measure_rollouts_parallel(
+                cfg, builder, payload, client, tasks, f"costs-par-{p}")
+    finally:
+        client.close()
+        cluster.close()
 
 
 # ----------------------------------------------------------------------- CLI
@@ -307,7 +293,7 @@ def _table(costs: Dict[str, Any], pred: Dict[str, Any], s: Dict[str, Any]) -> No
     print_table(["precision", "env steps/s", "bound", "actors", "learner", "cpu", "vs fp32",
                  f"time for {s['budget_env_steps']} steps s"],
                 [[p, f"{x['env_steps_per_s']:.0f}", x["bound"], *(f"{x['bounds'][k]:.0f}" for k in
-                  ("actors", "learner", "cpu")), f"{x['speedup_vs_fp32']:.2f}x", f"{x['time_s']:.0f}"]
+                  ("actors", "learner", "cpu")), "-" if x["speedup_vs_fp32"] is None else f"{x['speedup_vs_fp32']:.2f}x", f"{x['time_s']:.0f}"]
                  for p, x in pred.items()])
 
 

@@ -14,7 +14,11 @@ Sizes:
 
 * ``--size actorq`` (default): ``configs/actorq/`` (3x2048 policy MLP, the
   ActorQ paper's actor), with env-step budgets that fit the time box;
+* ``--size actor-bound``: ``configs/actorq/*-actor-bound.yaml`` (the same
+  policy, low samples-per-insert, small learner batch, more envs per actor);
 * ``--size small``: the tuned configs (256x256) that reach the targets fast.
+
+``--precisions fp32 int8-dynamic int8-full`` adds full-integer actors.
 
 Energy uses the ``process-time`` backend by default (CPU seconds of this
 run's processes x 4 W/thread + RAM): on a shared machine codecarbon's
@@ -44,6 +48,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: task -> {size: (config, env-step budget full, env-step budget quick)}
 TASKS: Dict[str, Dict[str, tuple]] = {
     "cartpole-dqn": {"actorq": ("configs/actorq/cartpole-dqn.yaml", 8_000, 2_000),
+                     "actor-bound": ("configs/actorq/cartpole-dqn-actor-bound.yaml", 100_000, 30_000),
                      "small": ("configs/default.yaml", 60_000, 30_000)},
     "pendulum-d4pg": {"actorq": ("configs/actorq/pendulum-d4pg.yaml", 4_000, 2_000),
                       "small": ("configs/pendulum-d4pg.yaml", 12_000, 8_000)},
@@ -85,7 +90,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.actorq_study", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output directory (runs/ and report/ inside)")
     p.add_argument("--quick", action="store_true", help="1 seed and small budgets (~10 min)")
-    p.add_argument("--size", choices=["actorq", "small"], default="actorq")
+    p.add_argument("--size", choices=["actorq", "actor-bound", "small"], default="actorq")
+    p.add_argument("--precisions", nargs="+", default=list(PRECISIONS),
+                   choices=["fp32", "fp16", "int8-dynamic", "int8-full"], help="fp32 first: the baseline")
     p.add_argument("--seeds", type=int, help="seeds per task x precision (default 3, --quick 1)")
     p.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(TASKS))
     p.add_argument("--carbon-backend", default="process-time", choices=["process-time", "codecarbon", "auto"])
@@ -100,13 +107,17 @@ def main(argv=None) -> int:
              "argv": sys.argv, "size": args.size, "quick": args.quick, "seeds": seeds, "runs": []}
     run_dirs = []
     for task in args.tasks:
+        if args.size not in TASKS[task]:
+            print(f"error: task {task!r} has no --size {args.size} config; valid sizes: "
+                  f"{', '.join(sorted(TASKS[task]))}", file=sys.stderr)
+            return 2
         config, full, quick = TASKS[task][args.size]
         budget = quick if args.quick else full
         for item in args.extra:   # an explicit --set total_env_steps=N wins (it is applied last)
             if item.startswith("total_env_steps="):
                 budget = int(float(item.split("=", 1)[1].replace("_", "")))
         for seed in range(seeds):
-            for precision in PRECISIONS:
+            for precision in args.precisions:
                 run_dir = os.path.join(os.path.abspath(args.out), "runs", f"{task}-{precision}-s{seed}")
                 if os.path.exists(os.path.join(run_dir, "summary.json")):
                     print(f"[skip] {run_dir} (done)", flush=True)

@@ -86,6 +86,62 @@ def summarize(runs: Sequence[Run]) -> List[Dict[str, Any]]:
     return rows
 
 
+#: Per-seed ratios of :func:`paired_ratios`: name -> (fp32 summary, p summary) -> ratio (> 1: p better).
+PAIRED = {
+    "throughput": lambda b, p: _ratio(p.get("env_steps_per_s"), b.get("env_steps_per_s")),
+    "time_to_target": lambda b, p: _ratio(b.get("time_to_target_s"), p.get("time_to_target_s")),
+    "energy": lambda b, p: _ratio(b.get("energy_kwh"), p.get("energy_kwh")),
+    "carbon": lambda b, p: _ratio(b.get("co2e_kg"), p.get("co2e_kg")),
+}
+
+
+def paired_ratios(runs: Sequence[Run]) -> List[Dict[str, Any]]:
+    """Per task x precision (not fp32): each seed against fp32 of the same seed; median, min and max.
+
+    Ratios are > 1 where the precision is better (faster, less energy); ``final_rel``
+    is ``(F_p - F_fp32) / |F_fp32|`` per seed; ``learner_share`` is the fp32 runs'
+    learner share of wall time (``summary.wall_split``), which says whether actors
+    could matter at all.
+    """
+    out = []
+    for task, group in group_by_task(runs).items():
+        by = {(r.precision, r.config["seed"]): r.summary for r in group}
+        for p in sorted({r.precision for r in group} - {"fp32"}):
+            pairs = [(by[("fp32", seed)], by[(q, seed)]) for q, seed in sorted(by) if q == p and ("fp32", seed) in by]
+            row: Dict[str, Any] = {"task": task, "precision": p, "pairs": len(pairs)}
+            for name, fn in PAIRED.items():
+                row[name] = _spread([fn(b, x) for b, x in pairs])
+            row["final_rel"] = _spread([
+                (x["final_eval"][p]["mean"] - b["final_eval"]["fp32"]["mean"]) / abs(b["final_eval"]["fp32"]["mean"])
+                for b, x in pairs if b["final_eval"]["fp32"]["mean"]])
+            row["learner_share"] = _spread([(b.get("wall_split") or {}).get("share", {}).get("learner")
+                                            for b, _ in pairs])
+            out.append(row)
+    return out
+
+
+def _spread(values: List[Optional[float]]) -> Optional[Dict[str, float]]:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None
+    return {"median": float(np.median(vals)), "min": float(min(vals)), "max": float(max(vals)), "n": len(vals)}
+
+
+def spread_table(rows: Sequence[Dict[str, Any]]) -> str:
+    """Markdown of :func:`paired_ratios`: ``median [min, max]`` per ratio."""
+    def cell(v, fmt=".2f", suffix="x"):
+        return "-" if v is None else (f"{v['median']:{fmt}}{suffix} [{v['min']:{fmt}}, {v['max']:{fmt}}]"
+                                      + (f" (n={v['n']})" if suffix == "x" else ""))
+    lines = ["| task | precision | seed pairs | throughput vs fp32 | time to target vs fp32 | energy ratio | "
+             "carbon ratio | final return vs fp32 | fp32 learner share of wall |", "|" + "---|" * 9]
+    for r in rows:
+        pct = lambda v: None if v is None else {k: (100 * x if k != "n" else x) for k, x in v.items()}
+        lines.append(f"| {r['task']} | {r['precision']} | {r['pairs']} | {cell(r['throughput'])} | "
+                     f"{cell(r['time_to_target'])} | {cell(r['energy'])} | {cell(r['carbon'])} | "
+                     f"{cell(pct(r['final_rel']), '+.1f', '%')} | {cell(pct(r['learner_share']), '.0f', '%')} |")
+    return "\n".join(lines)
+
+
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return None if a is None or b is None or b <= 0 else a / b
 
@@ -176,7 +232,8 @@ def write_report(runs: Sequence[Run], out_dir: str) -> Dict[str, Any]:
                              ("carbon_ratio", "carbon ratio", "carbon.png")):
         plot_bars(rows, key, title, os.path.join(out_dir, name))
         files.append(os.path.join(out_dir, name))
-    table = markdown_table(rows)
+    table = markdown_table(rows) + "\n\nPer seed against fp32 of the same seed, median [min, max]:\n\n" + \
+        spread_table(paired_ratios(runs))
     sources = sorted({r.summary.get("energy_source", "not measured") or "not measured" for r in runs})
     md = ["# ActorQ report", "", table, "", "Energy sources:", ""] + [f"- {s}" for s in sources] + \
          ["", "Runs:", ""] + [f"- {r.run_dir} ({r.task}, {r.precision}, seed {r.config['seed']})" for r in runs] + \

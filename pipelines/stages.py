@@ -15,6 +15,7 @@ TensorFlow.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -43,10 +44,11 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
     Returns metadata only, which is all the driver receives (data flows one
     way: executors hand this task the rollout futures, so trajectories go
     from the actor's worker to the writer's): shard id, rows, stored bytes,
-    ``raw_bytes`` (the batches' in-memory size), the episodes that ended
+    ``raw_bytes`` (the batches' in-memory size), ``write_s`` (this write's seconds), the episodes that ended
     (count, sum of returns, the last :data:`RETURNS_TAIL` returns) and one
     ``[actor, task, worker, seconds, env_steps, policy_version]`` row per task.
     """
+    t0 = time.perf_counter()
     store = _worker_store(store_url, writer_options or {})
     batches = [r.batch for r in results]
     info = store.write_shard(shard_id, batches, attrs={
@@ -54,6 +56,7 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
         "actors": sorted({int(b.actor_id) for b in batches}),
     })
     return {"shard_id": shard_id, "rows": int(sum(b.size for b in batches)),
+            "write_s": round(time.perf_counter() - t0, 6),     # the summary's wall split (storage)
             "nbytes": int(getattr(info, "nbytes", 0)), "raw_bytes": int(sum(b.nbytes for b in batches)),
             **task_summary([r.stats for r in results if getattr(r, "stats", None) is not None])}
 

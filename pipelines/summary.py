@@ -8,7 +8,7 @@ either::
     restore_best(best_ckpt, loop.best_version, learner)      # best evaluated params, if any
     final = final_evaluation(cfg, learner, builder, run_dir, loop.policy_version, calib)
     summary = build_summary(cfg, run_dir, loop, learner.steps, wall_s, payload_bytes, lags, final, log_version)
-    write_summary(run_dir, log, summary)                     # metrics.jsonl + summary.json
+    write_summary(run_dir, log, summary)                     # metrics.jsonl + summary.json (+ wall_split)
 
 :class:`WorkerStats` aggregates rollout stats per worker (tasks done,
 retries, env steps/s) for progress bars and ``workers`` metrics records.
@@ -125,8 +125,72 @@ def build_summary(cfg, run_dir: str, loop, learner_steps: int, wall_s: float, by
     }
 
 
+#: The parts of :func:`wall_split`, in the order it reports them.
+SPLIT_PARTS = ("learner", "actors", "broadcast", "storage", "evaluation", "checkpoint", "other")
+
+
+def wall_split(records: Sequence[Dict[str, Any]], wall_s: float) -> Optional[Dict[str, Any]]:
+    """Where the run's wall time went, from its own metrics records; None without a ``schedule`` record.
+
+    The driver thread is the run's critical path: it trains, commits and
+    publishes versions itself, and waits for the rest. Its ``schedule`` record
+    (busy seconds per loop phase, idle seconds by what it waited for) is split
+    into a partition of ``wall_s``::
+
+        learner    = busy learn_stage
+        broadcast  = busy new_version                 quantize / patch / broadcast a version
+        checkpoint = busy checkpoint
+        evaluation = idle evaluation + busy (end_block - new_version - checkpoint)
+                                                      (the local executor evaluates inside end_block)
+        wait       = idle shard + busy submit         waiting for rollouts and shard writes (the local
+                                                      executor runs both inside submit)
+        actors     = wait * a / (a + w)               a = rollout task seconds / P, P = workers that ran
+        storage    = busy commit + wait * w / (a + w)     tasks; w = shard write seconds (commit records)
+        other      = wall_s - the rest                loop overhead, idle other, end of run
+
+    Rollouts of a block run on P workers at once and its write follows them, so
+    ``a`` and ``w`` are the block's critical path per part. ``busy_s`` adds the
+    seconds each resource worked, overlapped or not: ``actor_tasks`` (summed over
+    workers), ``shard_writes``, ``learner``. Only records after the last ``config``
+    record count (a resumed run appends a new segment).
+    """
+    starts = [i for i, r in enumerate(records) if r.get("kind") == "config"]
+    records = records[starts[-1]:] if starts else records     # this segment of a resumed run
+    sched = next((r for r in reversed(records) if r.get("kind") == "schedule"), None)
+    if sched is None:
+        return None
+    busy, idle = sched.get("busy_s", {}), sched.get("idle_s", {})
+    b = lambda k: float(busy.get(k, 0.0))
+    workers = next((r["workers"] for r in reversed(records) if r.get("kind") == "workers"), {})
+    task_s = sum(w["env_steps"] / w["env_steps_per_s"] for w in workers.values() if w["env_steps_per_s"] > 0)
+    write_s = sum(float(r.get("write_s") or 0.0) for r in records if r.get("kind") == "commit")
+    a, w = task_s / max(len(workers), 1), write_s
+    wait = float(idle.get("shard", 0.0)) + b("submit")
+    share = a / (a + w) if a + w > 0 else 1.0
+    parts = {"learner": b("learn_stage"), "actors": wait * share, "broadcast": b("new_version"),
+             "storage": b("commit") + wait * (1.0 - share),
+             "evaluation": float(idle.get("evaluation", 0.0)) + max(
+                 0.0, b("end_block") - b("new_version") - b("checkpoint")),
+             "checkpoint": b("checkpoint")}
+    parts["other"] = wall_s - sum(parts.values())
+    return {"seconds": {k: parts[k] for k in SPLIT_PARTS},
+            "share": {k: parts[k] / wall_s if wall_s > 0 else 0.0 for k in SPLIT_PARTS},
+            "busy_s": {"actor_tasks": task_s, "shard_writes": write_s, "learner": b("learn_stage")},
+            "actor_workers": len(workers), "wall_s": wall_s}
+
+
 def write_summary(run_dir: str, log, summary: Dict[str, Any]) -> None:
-    """Record ``summary`` in metrics.jsonl and as ``<run_dir>/summary.json``."""
+    """Record ``summary`` in metrics.jsonl and as ``<run_dir>/summary.json``.
+
+    Adds ``wall_split`` (:func:`wall_split`) from the run's metrics.jsonl when
+    the run's driver wrote a ``schedule`` record (None otherwise).
+    """
+    from core.metrics import read_metrics
+    try:
+        records = read_metrics(run_dir)
+    except (OSError, ValueError):   # a log this filesystem cannot read back: no split, the summary stays
+        records = []
+    summary["wall_split"] = wall_split(records, summary["wall_s"])
     log.write("summary", step=summary["env_steps"], **summary)
     fs, path = urls.resolve(run_dir)
     with fs.open(f"{path}/summary.json", "w") as f:

@@ -1,0 +1,209 @@
+"""The cost model of an ActorQ run: whole-run env steps/s from measured per-step costs.
+
+:mod:`benchmarks.actorq_costs` measures the costs; this module turns them and a
+config into predictions (no measuring here, so it is exact arithmetic to test)::
+
+    s = setting(cfg, cores=2)
+    pred = predict(costs, s)          # {precision: {"env_steps_per_s", "bound", "run": {...}, ...}}
+
+Costs per env step, for precision ``p`` (wall ``t``, CPU ``c``)::
+
+    A_p = t_rollout,p                       one actor task's time per env step (1 thread)
+    S   = t_write                           shard write (a worker task in Dask runs)
+    K   = t_commit                          commit + cache refresh (the driver)
+    t_learn                                 one learner step (agent.batch_size)
+    V_p = t_q,p + t_bcast,p                 one policy version on the driver's path:
+                                            t_q = patch if the precision is patchable, else convert
+
+Steady state (``predict``'s ``env_steps_per_s``): three resources bound the run::
+
+    X_actors  = W / (A_p + S)               W = min(N, workers) actor processes in parallel
+    X_learner = 1 / (r * t_learn + K + v * V_p)
+                                            r = learner.replay_ratio, v = min(r / P, 1 / R) versions per
+                                            env step (P = actors.broadcast_period, at most one per block)
+    X_cpu     = C / (c_A,p + c_S + c_K + r * c_learn + v * c_V,p)     all CPU over C cores
+    X_p       = min(X_actors, X_learner, X_cpu)
+
+A finite run (``predict``'s ``run``, what the validation compares) is the
+driver's block pipeline (:mod:`pipelines.plan`) played out with those costs.
+Block ``b`` holds ``R`` env steps; with ``lag = actors.policy_lag``::
+
+    roll_end[b]  = max(roll_end[b-1], learn_end[b-1-lag]) + ceil(N/W) * (R/N) * A_p
+    write_end[b] = roll_end[b] + R * S
+    commit[b]    = max(write_end[b], learn_end[b-1]) + R * K
+    learn_end[b] = commit[b] + (target(b) - target(b-1)) * t_learn + [version due] * V_p
+                   + [first call shape] * t_trace + [second] * t_retrace  (tf.function, reduce_retracing)
+
+(S and K per shard where measured per shard: a small-row shard's cost is fixed.)
+    T            = learn_end[last]          target(b) = floor(r * rows(<= b)), 0 below min_size
+
+with each per-step wall time scaled by the run's CPU contention: the costs were
+measured one thread at a time among M other runnable threads (from wall / CPU
+at measuring time), the run puts ``k = W u_A + T_l u_L`` of its own threads
+beside them (``u``: busy fractions from the pipeline itself; ``simulate``).
+
+So actors and learner overlap (``max``) in the middle of the run and add up
+(``sum``) in its first block (nothing to learn from yet) and its last one
+(nothing left to act for): with few blocks a run is slower than its steady
+state. Amdahl's law is the ``X_cpu`` case: with ``f`` the actor share of fp32's
+CPU per env step and ``s`` the inference speedup of ``p``,
+``X_p / X_fp32 = 1 / ((1 - f) + f / s)``; when the learner binds, int8 changes
+nothing (ratio 1).
+
+Ignored: contention between our own threads beyond CPU seconds (cache, memory
+bandwidth), evaluations, periodic checkpoints, start-up and the end-of-run
+checkpoint (the validation compares the driver loop's own wall time).
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Dict, Optional
+
+
+def setting(cfg, cores: Optional[int] = None) -> Dict[str, Any]:
+    """The config values the model reads."""
+    from pipelines.plan import TrainingPlan
+    workers = cfg.dask.n_workers or cores or os.cpu_count() or 1
+    plan = TrainingPlan.from_config(cfg)
+    return {"replay_ratio": cfg.learner.replay_ratio, "num_actors": cfg.actors.num_actors,
+            "num_envs": cfg.env.num_envs, "broadcast_period": cfg.actors.broadcast_period,
+            "workers": workers if cfg.executor == "dask" else 1,
+            "cores": cores or os.cpu_count() or 1, "budget_env_steps": cfg.total_env_steps,
+            "executor": cfg.executor, "block_rows": plan.block_rows, "policy_lag": plan.policy_lag,
+            "min_size": plan.min_size, "batch_size": cfg.agent.batch_size, "steps_per_call": plan.steps_per_call,
+            "learner_threads": cfg.threads.tf_intra_op or cores or os.cpu_count() or 1}
+
+
+def _version(v: Dict[str, Any]) -> tuple:
+    """(wall s, CPU s) of one policy version on the driver's path."""
+    patched = v["patch_s"] is not None
+    wall = (v["patch_s"] if patched else v["convert_s"]) + (v.get("bcast_s") or 0.0)
+    cpu = (v["patch_cpu_s"] if patched else v["convert_cpu_s"]) + (v.get("bcast_cpu_s") or 0.0)
+    return wall, cpu
+
+
+def steady_bounds(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any],
+                  s: Dict[str, Any]) -> Dict[str, float]:
+    """``{actors, learner, cpu}``: env steps/s each resource allows at steady state."""
+    r, n, period = s["replay_ratio"], s["num_actors"], s["broadcast_period"]
+    w = min(n, s["workers"])
+    v_wall, v_cpu = _version(c["version"])
+    # Versions per env step: r / P, but at most one per learner block (published at block ends).
+    per = min(r / period, 1.0 / s["block_rows"]) if "block_rows" in s else r / period
+    q_cpu = per * (v_cpu + n * c["version"]["load_cpu_s"])
+    a, c_a = c["rollout"]["wall_s"], c["rollout"]["cpu_s"]
+    return {"actors": w / (a + storage["write_s"]),
+            "learner": 1.0 / (r * learner["wall_s"] + storage["commit_s"] + per * v_wall),
+            "cpu": s["cores"] / (c_a + storage["write_cpu_s"] + storage["commit_cpu_s"] + r * learner["cpu_s"]
+                                 + q_cpu)}
+
+
+def contention(costs_p: Dict[str, Any], learner: Dict[str, Any], cores: int) -> float:
+    """M: other runnable threads on the machine while costs were measured (processor sharing).
+
+    One thread of ours then ran at ``sigma = wall / cpu = max(1, (M + 1) / C)``, so
+    ``M = C * sigma - 1`` when ``sigma > 1`` (0 otherwise: an idle machine cannot tell
+    0 from C - 1 others). ``sigma`` pools the rollout and learner measurements.
+    """
+    wall = costs_p["rollout"]["wall_s"] + learner["wall_s"]
+    cpu = costs_p["rollout"]["cpu_s"] + learner["cpu_s"]
+    sigma = wall / cpu if cpu > 0 else 1.0
+    return cores * sigma - 1.0 if sigma > 1.0 else 0.0
+
+
+def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], storage: Dict[str, Any],
+              s: Dict[str, Any], env_steps: int) -> Dict[str, Any]:
+    """The block pipeline with given per-step wall times: time, busy seconds and critical path."""
+    big_r, n = s["block_rows"], s["num_actors"]
+    w = min(n, s["workers"])
+    blocks = max(1, math.ceil(env_steps / big_r))
+    a_blk = math.ceil(n / w) * (big_r / n) * a_step
+    s_blk = storage.get("write_shard_s", big_r * storage["write_s"])      # per shard where measured
+    k_blk = storage.get("commit_shard_s", big_r * storage["commit_s"])
+    v_wall = _version(c["version"])[0]
+    target = lambda b: 0 if (b + 1) * big_r < s["min_size"] else int(s["replay_ratio"] * (b + 1) * big_r)
+    roll_end, learn_end = [], []
+    steps = last_bcast = versions = 0
+    shapes: set = set()          # learner call sizes seen: the first two trace tf.function (reduce_retracing)
+    path = {"learner": 0.0, "actors": 0.0, "storage": 0.0, "broadcast": 0.0}
+    for b in range(blocks):
+        pb = b - 1 - s["policy_lag"]
+        ready = learn_end[pb] if pb >= 0 else 0.0
+        roll_end.append(max(roll_end[-1] if roll_end else 0.0, ready) + a_blk)
+        write_end = roll_end[-1] + s_blk
+        prev = learn_end[-1] if learn_end else 0.0
+        path["actors"] += max(0.0, roll_end[-1] - prev)
+        path["storage"] += max(0.0, write_end - max(prev, roll_end[-1])) + k_blk
+        commit = max(write_end, prev) + k_blk
+        n_new, per = target(b) - steps, s["steps_per_call"]
+        traced = min(len(shapes), 2)
+        shapes.update([per] * (n_new // per) + ([n_new % per] if n_new % per else []))
+        learn = n_new * l_step + sum(trace[i] for i in range(traced, min(len(shapes), 2)))
+        steps = target(b)
+        version = v_wall if steps - last_bcast >= s["broadcast_period"] else 0.0
+        if version:
+            last_bcast, versions = steps, versions + 1
+        path["learner"] += learn
+        path["broadcast"] += version
+        learn_end.append(commit + learn + version)
+    return {"time_s": learn_end[-1], "env_steps": blocks * big_r, "blocks": blocks, "learner_steps": steps,
+            "versions": versions, "actor_busy_s": blocks * a_blk, "learner_busy_s": path["learner"], "path": path}
+
+
+def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any], s: Dict[str, Any],
+             env_steps: int, iterations: int = 8, others: Optional[float] = None) -> Dict[str, Any]:
+    """A run of ``env_steps`` (module docstring): the block pipeline at the run's own CPU contention.
+
+    The costs were measured one thread at a time among ``M`` (:func:`contention`)
+    other threads; in the run ``k = W * u_actors + T_l * u_learner`` of our threads
+    compete (``u``: busy fractions, ``T_l`` = learner threads), so per-step wall
+    times scale by ``max(1, (M + k) / C) / max(1, (M + 1) / C)``. ``u`` and the
+    pipeline are solved together by fixed-point iteration (``iterations`` rounds).
+    ``others``: the other users' runnable threads during the run, where known
+    (e.g. from the load average); the per-step costs are then scaled from their
+    own measuring-time contention to ``others``.
+    """
+    m0, cores = contention(c, learner, s["cores"]), s["cores"]
+    m = m0 if others is None else max(0.0, others)
+    w, t_l = min(s["num_actors"], s["workers"]), s.get("learner_threads", 1)
+    base = max(1.0, (m0 + 1) / cores)
+    # Rollouts measured on the run's W workers at once already carry their own contention.
+    par = c.get("rollout_parallel")
+    a_wall, a_base = (par["wall_s"], max(1.0, (m0 + par["workers"]) / cores)) if par else (c["rollout"]["wall_s"], base)
+    traces = (learner.get("trace_s", 0.0), learner.get("retrace_s", 0.0))
+    u_a = u_l = 1.0
+    for _ in range(iterations):
+        load = max(1.0, (m + w * u_a + t_l * u_l) / cores)
+        g = load / base
+        run = _pipeline(a_wall * load / a_base, learner["wall_s"] * g, tuple(x * g for x in traces),
+                        c, storage, s, env_steps)
+        t = run["time_s"]
+        u_a, u_l = min(1.0, run["actor_busy_s"] / t), min(1.0, run["learner_busy_s"] / t)
+    path = run.pop("path")
+    return {**run, "env_steps_per_s": run["env_steps"] / t, "contention_others": m, "slowdown": g,
+            "utilization": {"actors": u_a, "learner": u_l},
+            "bound": "learner" if path["learner"] + path["broadcast"] >= path["actors"] + path["storage"]
+            else "actors",
+            "share": {k: v / t if t > 0 else 0.0 for k, v in path.items()}}
+
+
+def predict(costs: Dict[str, Any], s: Dict[str, Any], env_steps: Optional[int] = None) -> Dict[str, Any]:
+    """Per precision: steady-state env steps/s and bound, the finite ``run``, and the ratios to fp32."""
+    sto, lrn = costs["storage"], costs["learner"]
+    e = env_steps or s["budget_env_steps"]
+    out = {}
+    for p, c in costs["precisions"].items():
+        bounds = steady_bounds(c, sto, lrn, s)
+        x = min(bounds.values())
+        out[p] = {"env_steps_per_s": x, "bound": min(bounds, key=bounds.get), "bounds": bounds,
+                  "time_s": e / x, "version_s": c["version"]["patch_s"] if c["version"]["patch_s"] is not None
+                  else c["version"]["convert_s"]}
+        if "block_rows" in s:
+            out[p]["run"] = simulate(c, sto, lrn, s, e)
+    base = out.get("fp32")
+    for p in out:
+        out[p]["speedup_vs_fp32"] = out[p]["env_steps_per_s"] / base["env_steps_per_s"] if base else None
+        if base and "run" in out[p]:
+            out[p]["run"]["speedup_vs_fp32"] = out[p]["run"]["env_steps_per_s"] / base["run"]["env_steps_per_s"]
+    return out
