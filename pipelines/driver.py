@@ -238,7 +238,8 @@ class Trainer(BlockTasks, InProcessParts):
         self.log.write("schedule", step=self.loop.env_steps, blocks=self.loop.block, wall_s=time.time() - f.start,
                        driver_bytes_in={"tasks": f.driver_bytes, "learner_stage": self.stage.bytes_in},
                        idle_s={k: round(v, 3) for k, v in f.idle_s.items()},
-                       busy_s={k: round(v, 3) for k, v in f.busy_s.items()}, task_retries=f.retries)
+                       busy_s={k: round(v, 3) for k, v in f.busy_s.items()},
+                       stage_s={k: round(v, 3) for k, v in f.stage_s.items()}, task_retries=f.retries)
         self._checkpoint()
         summary = self._finish(f.start, f.lags)
         self._shutdown()
@@ -280,6 +281,8 @@ class Trainer(BlockTasks, InProcessParts):
         """After learner block ``b``: the planned version, evaluation and checkpoint."""
         cfg = self.cfg
         self.learner_steps = out["steps"]
+        for part, seconds in out.get("seconds", {}).items():    # where the stage spent them (wall_split)
+            f.stage_s[part] = f.stage_s.get(part, 0.0) + seconds
         if out["published"] is not None:
             f.last_broadcast_step = self.learner_steps
         f.timed("new_version", self._on_version, out)

@@ -84,6 +84,7 @@ class Flight:
     retries: int = 0
     stop: bool = False
     busy_s: Dict[str, float] = dataclasses.field(default_factory=dict)   # driver seconds per loop phase
+    stage_s: Dict[str, float] = dataclasses.field(default_factory=dict)  # learner stage's own seconds, by part
     idle_s: Dict[str, float] = dataclasses.field(   # driver (learner) idle seconds, by what it waited for
         default_factory=lambda: {"shard": 0.0, "evaluation": 0.0, "learner": 0.0, "other": 0.0})
 

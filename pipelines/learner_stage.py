@@ -149,14 +149,17 @@ class LearnerStage:
                 f"{self.cache.size} (replay.capacity={self.cfg.replay.capacity}, shards skipped: "
                 f"{len(self.cache.skipped)}); valid: replay.capacity >= replay.min_size and readable shards")
         self.rng = self.plan.sampler_rng(block)
+        t_block = time.perf_counter()
         for n in calls:
             t0 = time.time()
             m = stages.learn_stage(self.learner, self.sampler, n, self.cfg.agent.batch_size, self.rng)
             if self.learner.steps % 500 < n:
                 self.records.append(("learner", self.steps, {"loss": m["loss"], "q_mean": m["q_mean"],
                                                              "steps_per_s": n / max(time.time() - t0, 1e-9)}))
+        t_learned = time.perf_counter()
         published = self._version(publish, keep, blocking=True) if publish is not None else None
-        return {"steps": self.steps, "published": published, "records": self._drain()}
+        seconds = {"learn_stage": t_learned - t_block, "new_version": time.perf_counter() - t_learned}
+        return {"steps": self.steps, "published": published, "records": self._drain(), "seconds": seconds}
 
     # -- policy versions -----------------------------------------------------------------
     def new_version(self, version: int, keep: Sequence[int] = (), blocking: bool = True) -> Dict[str, Any]:

@@ -137,8 +137,10 @@ def wall_split(records: Sequence[Dict[str, Any]], wall_s: float) -> Optional[Dic
     (busy seconds per loop phase, idle seconds by what it waited for) is split
     into a partition of ``wall_s``::
 
-        learner    = busy learn_stage
-        broadcast  = busy new_version                 quantize / patch / broadcast a version
+        learner    = stage learn_stage                the learner stage's training seconds
+        broadcast  = stage new_version + busy new_version   quantize / patch (in the stage), publish
+                                                      (``stage_s``: measured by the stage, wherever it runs;
+                                                      an in-process stage runs inside the driver's ``learn``)
         checkpoint = busy checkpoint
         evaluation = idle evaluation + busy (end_block - new_version - checkpoint)
                                                       (the local executor evaluates inside end_block)
@@ -161,13 +163,16 @@ def wall_split(records: Sequence[Dict[str, Any]], wall_s: float) -> Optional[Dic
         return None
     busy, idle = sched.get("busy_s", {}), sched.get("idle_s", {})
     b = lambda k: float(busy.get(k, 0.0))
+    stage = sched.get("stage_s", {})
+    learner_s = float(stage.get("learn_stage", busy.get("learn_stage", 0.0)))
+    broadcast_s = float(stage.get("new_version", 0.0)) + b("new_version")
     workers = next((r["workers"] for r in reversed(records) if r.get("kind") == "workers"), {})
     task_s = sum(w["env_steps"] / w["env_steps_per_s"] for w in workers.values() if w["env_steps_per_s"] > 0)
     write_s = sum(float(r.get("write_s") or 0.0) for r in records if r.get("kind") == "commit")
     a, w = task_s / max(len(workers), 1), write_s
     wait = float(idle.get("shard", 0.0)) + b("submit")
     share = a / (a + w) if a + w > 0 else 1.0
-    parts = {"learner": b("learn_stage"), "actors": wait * share, "broadcast": b("new_version"),
+    parts = {"learner": learner_s, "actors": wait * share, "broadcast": broadcast_s,
              "storage": b("commit") + wait * (1.0 - share),
              "evaluation": float(idle.get("evaluation", 0.0)) + max(
                  0.0, b("end_block") - b("new_version") - b("checkpoint")),
@@ -175,7 +180,7 @@ def wall_split(records: Sequence[Dict[str, Any]], wall_s: float) -> Optional[Dic
     parts["other"] = wall_s - sum(parts.values())
     return {"seconds": {k: parts[k] for k in SPLIT_PARTS},
             "share": {k: parts[k] / wall_s if wall_s > 0 else 0.0 for k in SPLIT_PARTS},
-            "busy_s": {"actor_tasks": task_s, "shard_writes": write_s, "learner": b("learn_stage")},
+            "busy_s": {"actor_tasks": task_s, "shard_writes": write_s, "learner": learner_s},
             "actor_workers": len(workers), "wall_s": wall_s}
 
 

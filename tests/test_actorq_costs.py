@@ -247,7 +247,11 @@ def test_a_real_run_records_its_wall_split(tmp_path):
     assert sum(split["seconds"].values()) == pytest.approx(summary["wall_s"])
     sched = read_metrics(run_dir, "schedule")[-1]
     commits = read_metrics(run_dir, "commit")
-    assert split["seconds"]["learner"] == sched["busy_s"]["learn_stage"] > 0
+    assert split["seconds"]["learner"] == sched["stage_s"]["learn_stage"] > 0
+    # The in-process learner stage trains and quantizes inside the driver's "learn" phase.
+    assert sched["stage_s"]["learn_stage"] + sched["stage_s"]["new_version"] <= sched["busy_s"]["learn"]
+    assert split["seconds"]["broadcast"] == pytest.approx(sched["stage_s"]["new_version"]
+                                                          + sched["busy_s"].get("new_version", 0.0))
     assert all(c["write_s"] > 0 for c in commits)
     assert split["busy_s"]["shard_writes"] == pytest.approx(sum(c["write_s"] for c in commits))
     # The local executor runs rollouts inside "submit": the actors' part is measured, not a remainder.
