@@ -118,7 +118,7 @@ def test_d4pg_learns_dmc_cartpole_balance(tmp_path):
     from core.config import load_config
     from pipelines.train import train
     cfg = load_config("configs/dmc-cartpole-balance-d4pg.yaml",
-                      ["executor=local", "total_env_steps=6000", "carbon.backend='off'", "eval.stop_at_target=true"])
+                      ["executor=local", "total_env_steps=8192", "carbon.backend='off'", "eval.stop_at_target=true"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
     assert summary["best_eval_return"] >= 900, summary
     assert summary["final_eval"]["int8-dynamic"]["mean"] >= 850, summary
