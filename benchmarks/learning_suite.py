@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="skip runs already recorded for this commit (see above)")
     p.add_argument("--render-only", action="store_true", help="render the table and PNGs from --out; run nothing")
     p.add_argument("--commit", metavar="SHA",
-                   help="render the records of this commit (default: HEAD if recorded, else the newest record's)")
+                   help="render the records of this commit (default: per config label, HEAD's if recorded, else its newest "
+                        "record's commit)")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs and their commands; run nothing")
     p.add_argument("--prune", action="store_true",
                    help=f"after a run is recorded, delete its {', '.join(PRUNED)}/ (curves and summary stay)")
@@ -216,24 +217,44 @@ def upsert(records: List[Dict[str, Any]], rec: Dict[str, Any]) -> None:
     records.append(rec)
 
 
+def latest_per_label(records: List[Dict[str, Any]], head: Optional[str]) -> List[Dict[str, Any]]:
+    """Each label's records at one commit: HEAD's where HEAD recorded that label, else its newest record's.
+
+    A sweep of one config at a later commit thus replaces that config's rows
+    and leaves the other configs' (each row names its commit in the notes).
+    """
+    chosen: Dict[str, str] = {}
+    for label in dict.fromkeys(r["label"] for r in records):
+        rs = [r for r in records if r["label"] == label]
+        chosen[label] = head if any(r["git_commit"] == head for r in rs) else \
+            max(rs, key=lambda r: r["date"])["git_commit"]
+    return [r for r in records if r["git_commit"] == chosen[r["label"]]]
+
+
 def render(records: List[Dict[str, Any]], report_dir: str, commit: Optional[str]) -> Optional[Dict[str, Any]]:
-    """Table and PNGs of one commit's records (``commit``: HEAD's if recorded, else the newest record's)."""
+    """Table and PNGs: ``commit``'s records, or (None) each label's at its chosen commit (:func:`latest_per_label`)."""
     from core import report as report_lib
     if not records:
         return None
     commits = {r["git_commit"] for r in records}
-    head = git_state()[0]
-    chosen = commit or (head if head in commits else max(records, key=lambda r: r["date"])["git_commit"])
-    rs = [r for r in records if r["git_commit"].startswith(chosen)]
+    if commit:
+        rs = [r for r in records if r["git_commit"].startswith(commit)]
+    else:
+        rs = latest_per_label(records, git_state()[0])
     if not rs:
         from core.config import ConfigError
         raise ConfigError(f"--commit {commit!r} has no records; recorded: {', '.join(sorted(commits))}")
     dates = sorted(r["date"] for r in rs)
     m = rs[0].get("machine", {})
-    dirty = " (uncommitted changes)" if any(r.get("git_dirty") for r in rs) else ""
-    notes = [f"commit {rs[0]['git_commit']}{dirty}",
-             f"{len(rs)} runs, {dates[0]} to {dates[-1]}, machine: {m.get('cpu', '?')} x {m.get('cores', '?')}",
-             "command per run: `" + rs[0]["command"] + "` (config and seed vary)"]
+    by_commit: Dict[str, List[str]] = {}
+    for r in rs:
+        labels = by_commit.setdefault(r["git_commit"], [])
+        if r["label"] not in labels:
+            labels.append(r["label"])
+    notes = [f"commit {c}{' (uncommitted changes)' if any(r.get('git_dirty') for r in rs if r['git_commit'] == c) else ''}"
+             + ("" if len(by_commit) == 1 else ": " + ", ".join(labels)) for c, labels in by_commit.items()]
+    notes += [f"{len(rs)} runs, {dates[0]} to {dates[-1]}, machine: {m.get('cpu', '?')} x {m.get('cores', '?')}",
+              "command per run: `" + rs[0]["command"] + "` (config and seed vary)"]
     return report_lib.write_suite_report(rs, report_dir, notes=notes)
 
 

@@ -76,12 +76,18 @@ class PlannedRun:
         return cmd
 
 
+#: Pathspec of the suite's own outputs (records, table, PNGs), left out of the dirty check.
+OWN_OUTPUT = "benchmarks/results/learning-suite*"
+
+
 def git_state() -> tuple:
     """``(HEAD commit, whether the tree has uncommitted changes)``; ``("unknown", True)`` outside git."""
     try:
         sha = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+        # the suite's own records and report change while it runs: they do not make a tree dirty
+        dirty = bool(subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--",
+                                     ".", f":(exclude){OWN_OUTPUT}"],
                                     capture_output=True, text=True, check=True).stdout.strip())
         return sha, dirty
     except (OSError, subprocess.CalledProcessError):

@@ -679,14 +679,22 @@ def test_tls_config_errors_are_one_line(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_vtrace_learns_cartpole_with_central_inference(tmp_path):
-    """Learning regression (SEED mode): env-only actor processes + batched int8 inference, >= 200."""
+    """Learning regression (SEED mode): env-only actor processes + batched int8 inference, >= 300.
+
+    Central runs are timing-dependent (not on the deterministic plan). Best
+    evaluation within 200k env steps, shipped config (lr 5e-4), learning-suite
+    central sweeps of 2026-12-01, seeds 0-4 twice: 497, 478, 348, 500, 500 and
+    497, 500, 500, 493, 487 (every seed of the second sweep reached 475 by 76k).
+    The test runs seed 0 and stops at the first evaluation >= 300 confirmed on
+    20 episodes (17 s here).
+    """
     from core.config import load_config
     from pipelines.train import train
     cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"),
                       ["executor=local", "inference=central", "total_env_steps=200000",
-                       "eval.target_return=200", "eval.confirm_episodes=20"])
+                       "eval.target_return=300", "eval.confirm_episodes=20"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
-    assert summary["best_eval_return"] >= 200, summary
+    assert summary["best_eval_return"] >= 300, summary
     assert summary["inference"]["batches"] > 0 and summary["inference"]["rejected"] == 0
 
 

@@ -232,6 +232,23 @@ def test_records_upsert_resume_and_render_pick_one_commit(tmp_path, capsys):
     assert suite.render(records, str(tmp_path / "rep0"), "0000")["rows"][0]["median_final_return"] == 1.0
 
 
+
+def test_render_keeps_each_label_at_its_own_newest_commit(tmp_path):
+    """A later sweep of one config replaces that config's rows only; HEAD wins for a label it recorded."""
+    a, b, head = "a" * 40, "b" * 40, "c" * 40
+    recs = [dict(_rec("x", 0, 1024, 5.0, 480.0), git_commit=a, date="2026-01-01"),
+            dict(_rec("y", 0, 1024, 5.0, 100.0), git_commit=a, date="2026-01-01"),
+            dict(_rec("y", 0, 1024, 5.0, 300.0), git_commit=b, date="2026-01-03"),
+            dict(_rec("x", 0, 1024, 5.0, 490.0), git_commit=head, date="2026-01-02")]
+    picked = suite.latest_per_label(recs, head)
+    assert [(r["label"], r["git_commit"]) for r in picked] == [("y", b), ("x", head)]
+    assert suite.latest_per_label(recs, None) == [recs[2], recs[3]]
+    recs = [dict(r, command="python -m pipelines.train ...") for r in recs]
+    result = suite.render(recs, str(tmp_path / "rep"), None)
+    assert sorted((r["config"], r["median_final_return"]) for r in result["rows"]) == [("x", 490.0), ("y", 300.0)]
+    md = (tmp_path / "rep" / "learning-suite.md").read_text()
+    assert f"- commit {b}: y" in md and f"- commit {head}: x" in md
+
 def test_eta_model():
     plan = suite.plan_runs(suite.select_entries(["default.yaml", "configs/pendulum-d4pg.yaml"], []), 1, 1,
                            ["total_env_steps=10000"])

@@ -85,6 +85,26 @@ def test_learner_fits_values_steps_k_at_once_and_round_trips_state():
     np.testing.assert_allclose(other.policy(obs).numpy(), learner.policy(obs).numpy(), rtol=1e-6)
 
 
+
+def test_learning_rate_decays_linearly_and_resumes_from_the_checkpointed_step():
+    from core.agents.vtrace.config import VTraceConfig
+    from core.agents.vtrace.learning import VTraceLearner
+    from core.envs import env_spec
+    cfg = VTraceConfig(hidden=[8], learning_rate=1e-3, learning_rate_decay_steps=10, learning_rate_end=1e-4)
+    learner = VTraceLearner(env_spec("CartPole-v1"), cfg, seed=0)
+    lr = lambda lrn: float(lrn.optimizer.learning_rate.numpy())  # noqa: E731  evaluated at the current step
+    assert lr(learner) == pytest.approx(1e-3, rel=1e-6)
+    batch = _fake_sequences()
+    learner.step({key: np.stack([v] * 4) for key, v in batch.items()})
+    assert lr(learner) == pytest.approx(1e-3 - 0.4 * 9e-4, rel=1e-6)          # 4 of 10 steps: 6.4e-4
+    other = VTraceLearner(env_spec("CartPole-v1"), cfg, seed=1)
+    other.restore(learner.state())
+    assert lr(other) == pytest.approx(6.4e-4, rel=1e-6)
+    other.step({key: np.stack([v] * 8) for key, v in batch.items()})
+    assert lr(other) == pytest.approx(1e-4, rel=1e-6)                         # held at the end value
+    constant = VTraceLearner(env_spec("CartPole-v1"), VTraceConfig(hidden=[8]), seed=0)
+    assert float(constant.optimizer.learning_rate.numpy()) == pytest.approx(1e-3, rel=1e-6)
+
 def test_unknown_agent_inference_combination_is_a_config_error():
     from core.config import ConfigError, load_config
     with pytest.raises(ConfigError, match="agent 'vtrace' needs a discrete action space"):

@@ -26,6 +26,8 @@ class VTraceConfig:
     c_bar: float = 1.0                 # truncation of the trace coefficients
     pg_rho_bar: float = 1.0            # truncation of the importance weight in the policy gradient
     learning_rate: float = 1e-3
+    learning_rate_decay_steps: int = 0  # > 0: linear decay to learning_rate_end over these learner steps
+    learning_rate_end: float = 0.0      # (IMPALA, SEED RL and torchbeast anneal linearly to 0)
     batch_size: int = 32               # unrolls per learner step
     entropy_cost: float = 0.01
     baseline_cost: float = 0.5
@@ -43,6 +45,8 @@ RANGES = {
     "c_bar": (lambda v: v > 0.0, "> 0"),
     "pg_rho_bar": (lambda v: v > 0.0, "> 0"),
     "learning_rate": (lambda v: 0.0 < v < 1.0, "0 < lr < 1"),
+    "learning_rate_decay_steps": (lambda v: v >= 0, ">= 0 (0: constant learning rate)"),
+    "learning_rate_end": (lambda v: 0.0 <= v < 1.0, "0 <= lr < 1"),
     "batch_size": (lambda v: v >= 1, ">= 1"),
     "entropy_cost": (lambda v: v >= 0.0, ">= 0"),
     "baseline_cost": (lambda v: v >= 0.0, ">= 0"),

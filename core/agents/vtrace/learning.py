@@ -42,6 +42,19 @@ def stack_frames(obs: np.ndarray, k: int, frame_shape) -> np.ndarray:
     return obs.reshape(kk, b, length - k + 1, -1).astype(np.float32, copy=False)
 
 
+def learning_rate(cfg: VTraceConfig):
+    """Adam's learning rate: constant, or linear from ``learning_rate`` to ``learning_rate_end``.
+
+    The decay runs on the optimizer's step counter (checkpointed with its
+    slots), so a resumed run continues the schedule where it stopped.
+    """
+    if cfg.learning_rate_decay_steps <= 0:
+        return cfg.learning_rate
+    import keras
+    return keras.optimizers.schedules.PolynomialDecay(cfg.learning_rate, cfg.learning_rate_decay_steps,
+                                                      end_learning_rate=cfg.learning_rate_end, power=1.0)
+
+
 class VTraceLearner:
     """Policy (sent to actors) and value (learner-only) networks trained jointly with Adam."""
 
@@ -55,7 +68,7 @@ class VTraceLearner:
         self.policy = policy_network(spec, cfg, seed)
         self.value = value_network(spec, cfg, seed)
         self.variables = self.policy.trainable_variables + self.value.trainable_variables
-        self.optimizer = keras.optimizers.Adam(learning_rate=cfg.learning_rate,
+        self.optimizer = keras.optimizers.Adam(learning_rate=learning_rate(cfg),
                                                global_clipnorm=cfg.max_grad_norm)
         self.optimizer.build(self.variables)
         self.num_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_steps")
