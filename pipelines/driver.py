@@ -235,6 +235,7 @@ class Trainer(BlockTasks, InProcessParts):
         for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
             fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
         self.task_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
+        f.stage_s = self.stage.run("stage_seconds")    # once per run: the stage's own split (wall_split)
         self.log.write("schedule", step=self.loop.env_steps, blocks=self.loop.block, wall_s=time.time() - f.start,
                        driver_bytes_in={"tasks": f.driver_bytes, "learner_stage": self.stage.bytes_in},
                        idle_s={k: round(v, 3) for k, v in f.idle_s.items()},
@@ -281,8 +282,6 @@ class Trainer(BlockTasks, InProcessParts):
         """After learner block ``b``: the planned version, evaluation and checkpoint."""
         cfg = self.cfg
         self.learner_steps = out["steps"]
-        for part, seconds in out.get("seconds", {}).items():    # where the stage spent them (wall_split)
-            f.stage_s[part] = f.stage_s.get(part, 0.0) + seconds
         if out["published"] is not None:
             f.last_broadcast_step = self.learner_steps
         f.timed("new_version", self._on_version, out)

@@ -98,6 +98,7 @@ class LearnerStage:
         self.plan = TrainingPlan.from_config(cfg)
         self.rng = self.plan.sampler_rng(0)            # replaced per learner block (pipelines.plan)
         self.quality = BroadcastQualityProbe(self.spec.discrete, size=256, seed=cfg.seed)
+        self.seconds = {"learn_stage": 0.0, "new_version": 0.0}   # where its time went (wall_split)
         self.version_params: Dict[int, Any] = {}      # learner params per version (best checkpoint)
         self.version_policy: Dict[int, Any] = {}      # policy-network weights per version (quality probe)
         self.payloads: Dict[int, Any] = {}             # the newest versions' payloads (until published)
@@ -158,8 +159,13 @@ class LearnerStage:
                                                              "steps_per_s": n / max(time.time() - t0, 1e-9)}))
         t_learned = time.perf_counter()
         published = self._version(publish, keep, blocking=True) if publish is not None else None
-        seconds = {"learn_stage": t_learned - t_block, "new_version": time.perf_counter() - t_learned}
-        return {"steps": self.steps, "published": published, "records": self._drain(), "seconds": seconds}
+        self.seconds["learn_stage"] += t_learned - t_block
+        self.seconds["new_version"] += time.perf_counter() - t_learned
+        return {"steps": self.steps, "published": published, "records": self._drain()}
+
+    def stage_seconds(self) -> Dict[str, float]:
+        """Seconds this stage spent training and making versions in ``learn_block`` (asked once, at the end)."""
+        return dict(self.seconds)
 
     # -- policy versions -----------------------------------------------------------------
     def new_version(self, version: int, keep: Sequence[int] = (), blocking: bool = True) -> Dict[str, Any]:

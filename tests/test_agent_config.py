@@ -32,7 +32,8 @@ BAD_VALUES = {
              "importance_exponent": 2.0, "epsilon.base": 1.5, "epsilon.alpha": -1.0, "epsilon.num_actors": 0},
     "vtrace": {"hidden": [], "frame_stack": 0, "gamma": -1.0, "unroll_length": 0, "td_lambda": 1.5,
                "rho_bar": 0.0, "c_bar": 0.0, "pg_rho_bar": -1.0, "learning_rate": 2.0, "batch_size": 0,
-               "entropy_cost": -0.01, "baseline_cost": -0.5, "max_grad_norm": 0.0},
+               "entropy_cost": -0.01, "baseline_cost": -0.5, "max_grad_norm": 0.0,
+               "learning_rate_decay_steps": -1, "learning_rate_end": 1.0},
 }
 
 

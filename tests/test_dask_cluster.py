@@ -209,7 +209,13 @@ def test_the_learner_runs_on_the_worker_with_the_requested_resource(gpu_cluster,
     summary, learned = _learned(str(run_dir))
     assert state.rows == summary["env_steps"] >= BUDGET and summary["learner_steps"] > 0
     assert learned >= THRESHOLD
-    assert 0 < summary["driver_bytes_in_per_env_step"] < 0.01 * summary["trajectory_bytes_per_env_step"]
+    # Task results stay under 1% of the trajectory bytes; the placed learner's metric records (losses, broadcast
+    # quality, version metadata; their count follows the background quality probe) cross too (as in
+    # tests/test_determinism.py's placed case).
+    traj = summary["trajectory_bytes_per_env_step"]
+    received = _metrics(str(run_dir), "schedule")[-1]["driver_bytes_in"]
+    assert 0 < received["tasks"] / summary["env_steps"] < 0.01 * traj
+    assert 0 < received["learner_stage"] and summary["driver_bytes_in_per_env_step"] < 0.03 * traj
 
 
 def _complete_checkpoint(run_dir):
