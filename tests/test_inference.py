@@ -488,7 +488,11 @@ def test_wrong_or_missing_token_is_refused(payload, spec):
     stats = server.stats()
     server.stop()
     assert out[6]["env_steps"] == 400
-    assert stats["unauthenticated"] == 4 and stats["rejected"] == 4 and stats["connections"] == 1
+    # 3 raw streams + the forged actor's. gRPC's asyncio client sometimes sees its first stream end as
+    # INTERNAL ("Internal error from Core": its hello write races the server's abort), which is retryable,
+    # so the forged actor may be refused a second time before it reads UNAUTHENTICATED (still within 10 s).
+    assert 4 <= stats["unauthenticated"] <= 5 and stats["rejected"] == stats["unauthenticated"]
+    assert stats["connections"] == 1
 
 
 def test_wrong_dtype_is_refused_while_another_actor_keeps_streaming(payload, spec):
