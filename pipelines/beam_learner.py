@@ -45,7 +45,6 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from core import config as config_lib
-from core import urls
 from pipelines import policy_files
 
 _LEARN_CHUNK = 128   # learner steps per learner call (one TF dispatch, one sampler call)
@@ -84,27 +83,9 @@ class LearnerStage:
     """Learner, replay cache, checkpoints and quantizer of one run, in one worker process."""
 
     def __init__(self, cfg, run_dir: str):
-        from core.agents.registry import get_builder
-        from core.checkpoint import Checkpointer
-        from core.envs import env_spec
-        from core.quantize import PolicyQuantizer
-        from core.replay import ReplayCache, ReplayStore
-        from pipelines.driver import configure_threads
-        configure_threads(cfg)
-        import tensorflow as tf
-        tf.config.experimental.enable_op_determinism()   # same seed, same parameters
+        from pipelines.learner_stage import learner_parts
         self.cfg, self.run_dir = cfg, run_dir
-        self.spec = env_spec(cfg.env.id)
-        self.store = ReplayStore.open_or_create(urls.join(run_dir, "replay"), env_id=cfg.env.id,
-                                                **cfg.replay.writer_options())
-        self.ckpt = Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
-                                 keep_every=cfg.checkpoint.keep_every)
-        self.best_ckpt = Checkpointer(urls.join(run_dir, "best"), keep_last=1)
-        self.builder = get_builder(cfg.agent.algo)
-        self.learner = self.builder.make_learner(self.spec, cfg.agent, cfg.seed)
-        self.cache = ReplayCache(self.store, max_transitions=cfg.replay.capacity)
-        self.sampler = self.builder.make_sampler(self.cache, cfg.agent)
-        self.quantizer = PolicyQuantizer(cfg.actors.precision, patch=True)
+        vars(self).update(learner_parts(cfg, run_dir, create_store=True))
         self.lock = threading.Lock()   # one stage call at a time (a multi-threaded worker)
 
     # -- durable state ----------------------------------------------------------------

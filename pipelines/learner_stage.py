@@ -60,6 +60,39 @@ def configure_threads(cfg) -> None:
         pass  # already initialized in this process (e.g. a second run in tests)
 
 
+def learner_parts(cfg, run_dir: str, create_store: bool = False,
+                  checkpoint_engine: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """What every learner stage holds (this one and Beam's, ``pipelines.beam_learner``), built one way.
+
+    Pins TensorFlow's thread pools and turns op determinism on first (same seed, same parameters,
+    wherever the stage runs), then returns ``spec``, ``store`` (opened, or created with
+    ``create_store``), ``ckpt`` (``checkpoint_engine``: extra Checkpointer options), ``best_ckpt``,
+    ``builder``, ``learner``, ``cache``, ``sampler`` and the actors' ``quantizer``.
+    """
+    from core.agents.registry import get_builder
+    from core.checkpoint import Checkpointer
+    from core.envs import env_spec
+    from core.quantize import PolicyQuantizer
+    from core.replay import ReplayCache, ReplayStore
+    configure_threads(cfg)
+    import tensorflow as tf
+    tf.config.experimental.enable_op_determinism()
+    spec = env_spec(cfg.env.id)
+    store_url = urls.join(run_dir, "replay")
+    store = (ReplayStore.open_or_create(store_url, env_id=cfg.env.id, **cfg.replay.writer_options()) if create_store
+             else ReplayStore.open(store_url, **cfg.replay.writer_options()))
+    builder = get_builder(cfg.agent.algo)
+    learner = builder.make_learner(spec, cfg.agent, cfg.seed)
+    cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
+    return {"spec": spec, "store": store,
+            "ckpt": Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
+                                 keep_every=cfg.checkpoint.keep_every, **(checkpoint_engine or {})),
+            "best_ckpt": Checkpointer(urls.join(run_dir, "best"), keep_last=1),
+            "builder": builder, "learner": learner, "cache": cache,
+            "sampler": builder.make_sampler(cache, cfg.agent),
+            "quantizer": PolicyQuantizer(cfg.actors.precision, patch=True)}
+
+
 class LearnerStage:
     """The learner and what only it can compute (see module docstring).
 
@@ -71,28 +104,11 @@ class LearnerStage:
     """
 
     def __init__(self, cfg, run_dir: str, async_versions: bool = False, dask_client=None):
-        from core.agents.registry import get_builder
-        from core.checkpoint import Checkpointer
-        from core.envs import env_spec
         from core.quality import BroadcastQualityProbe
-        from core.quantize import AsyncQuantizer, PolicyQuantizer
-        from core.replay import ReplayCache, ReplayStore
-        configure_threads(cfg)
-        import tensorflow as tf
-        tf.config.experimental.enable_op_determinism()   # same seed, same parameters, wherever placed
+        from core.quantize import AsyncQuantizer
         self.cfg, self.run_dir = cfg, run_dir
-        self.spec = env_spec(cfg.env.id)
-        self.store = ReplayStore.open(urls.join(run_dir, "replay"), **cfg.replay.writer_options())
-        self.ckpt = Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
-                                 keep_every=cfg.checkpoint.keep_every,
-                                 **({"engine": "dask", "dask_client": dask_client}
-                                    if cfg.checkpoint.engine == "dask" else {}))   # validated: executor dask
-        self.best_ckpt = Checkpointer(urls.join(run_dir, "best"), keep_last=1)
-        self.builder = get_builder(cfg.agent.algo)
-        self.learner = self.builder.make_learner(self.spec, cfg.agent, cfg.seed)
-        self.cache = ReplayCache(self.store, max_transitions=cfg.replay.capacity)
-        self.sampler = self.builder.make_sampler(self.cache, cfg.agent)
-        self.quantizer = PolicyQuantizer(cfg.actors.precision, patch=True)
+        vars(self).update(learner_parts(cfg, run_dir, checkpoint_engine=(   # validated: executor dask
+            {"engine": "dask", "dask_client": dask_client} if cfg.checkpoint.engine == "dask" else None)))
         self.async_quantizer = (AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
                                 if async_versions else None)
         self.plan = TrainingPlan.from_config(cfg)
