@@ -1,4 +1,4 @@
-"""Offline training: the online plan (:mod:`pipelines.plan`) on a fixed replay store, with every commit done.
+"""Offline training: the online plan (:mod:`pipelines.plan`) on a fixed replay store, every commit done.
 
 ``python -m pipelines.train --offline-dataset STORE`` (or ``--resume RUN_DIR``) drives a
 :class:`~pipelines.learner_stage.LearnerStage` in this process whose cache holds the whole dataset::
@@ -10,15 +10,13 @@
     stop       : after a solved evaluation, with eval.stop_at_target
     checkpoint : every checkpoint.every_steps learner steps, and at the end
 
-So ``--resume`` from any checkpoint ends bit-identical to an uninterrupted run. A BC baseline (unless the
-agent is BC) trains on the same blocks for ``min(S, 5_000)`` steps: ``final_eval["bc-baseline"]``.
+So ``--resume`` ends bit-identical to an uninterrupted run. Unless the agent is BC, a BC baseline trains
+on the same blocks for ``min(S, 5_000)`` steps: ``final_eval["bc-baseline"]``.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import socket
 import time
 from typing import Any, Dict, Optional
 
@@ -85,8 +83,7 @@ def _evaluate(cfg, stage: OfflineStage, loop: LoopState, log, progress: bool) ->
     v = loop.policy_version
     r = run_evaluation_task(stage.payload(v), cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * v,
                             cfg.env.max_episode_steps, stage.builder.action_selector, cfg.eval.target_return,
-                            cfg.eval.confirm_episodes, keep_returns=False,
-                            frame_stack=getattr(cfg.agent, "frame_stack", 1))
+                            cfg.eval.confirm_episodes, False, getattr(cfg.agent, "frame_stack", 1))
     summary_lib.log_evaluation(log, loop, {**r, "env_steps": stage.steps})   # step: learner steps (no env steps)
     if summary_lib.evaluation_score(r) > loop.best_return:
         loop.best_return, loop.best_version = summary_lib.evaluation_score(r), v
@@ -119,7 +116,7 @@ def _bc_baseline(cfg, stage: OfflineStage) -> Dict[str, Any]:
     """Behaviour cloning on the same data, blocks and RNG streams; its final fp32 return."""
     from core.agents.bc.config import BCConfig
     from core.agents.registry import get_builder
-    from core.evaluation import evaluate_payload
+    from core.evaluation import run_evaluation_task
     from core.quantize import PolicyQuantizer
     bc_cfg, builder = BCConfig(), get_builder("bc")
     learner, sampler = builder.make_learner(stage.spec, bc_cfg, cfg.seed), builder.make_sampler(stage.cache, bc_cfg)
@@ -128,13 +125,11 @@ def _bc_baseline(cfg, stage: OfflineStage) -> Dict[str, Any]:
         for n in stage.plan.calls(learner.steps, stage.target(b, min(stage.total, BASELINE_STEPS))):
             stages.learn_stage(learner, sampler, n, bc_cfg.batch_size, rng)
     payload = PolicyQuantizer("fp32").quantize(learner.policy_model, version=0)
-    returns = evaluate_payload(payload, cfg.env.id, cfg.eval.episodes, seed=cfg.seed + 900_000,
-                               selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps)
-    return {"mean": float(returns.mean()), "std": float(returns.std()), "payload_bytes": int(payload.nbytes)}
+    r = run_evaluation_task(payload, cfg.env.id, cfg.eval.episodes, cfg.seed + 900_000, cfg.env.max_episode_steps)
+    return {"mean": r["mean"], "std": r["std"], "payload_bytes": int(payload.nbytes)}
 
 
-def train_offline(cfg, run_dir: str, store_url: Optional[str], progress: bool = True,
-                  resume: bool = False) -> Dict[str, Any]:
+def train_offline(cfg, run_dir: str, store_url: Optional[str], progress=True, resume=False) -> Dict[str, Any]:
     """Train ``cfg``'s agent on the fixed store ``store_url`` (resume: the run's own) into ``run_dir``."""
     from core.metrics import MetricsLogger
     from pipelines.energy import start_run_tracker, stop_run_tracker
@@ -151,8 +146,7 @@ def train_offline(cfg, run_dir: str, store_url: Optional[str], progress: bool = 
         with MetricsLogger(run_dir) as log:
             log.write("config", step=0, config=config_lib.to_dict(cfg), offline_dataset=store.url,
                       dataset_version=snap.version, dataset_rows=snap.num_rows)
-            log.write("placement", step=0, learner=f"{socket.gethostname()} pid {os.getpid()} (offline)",
-                      learner_address=None, learner_resources={}, actors={}, executor="offline")
+            log.write("placement", step=0, learner=stage.where(), actors={}, executor="offline")
             energy, start = start_run_tracker(cfg, run_dir, None), time.time()   # no actors: this process only
             _train(cfg, stage, loop, log, progress)
             out = stage.finish(loop.best_version, loop.policy_version)
