@@ -194,7 +194,10 @@ def test_a_real_cluster_that_loses_a_worker_is_identical_or_the_documented_excep
              else "no actor rebuilt (bit-identical branch)"))
     if len(rebuilt) == 0:
         _assert_same_run(local_run, (summary, run_dir), "local vs dask cluster that lost a worker")
-    else:
+    else:   # complete and consistent: the plan's shards, each once and whole, every row counted
         state = _check_replay(run_dir)
-        assert state.rows == summary["env_steps"] >= 4096
-        assert summary["learner_steps"] == local_run[0]["learner_steps"]
+        assert state.rows == summary["env_steps"]
+        local, _ = local_run
+        if summary["time_to_target_s"] is None:     # other episodes may solve earlier (a planned stop)
+            assert (summary["env_steps"], summary["learner_steps"]) == (local["env_steps"], local["learner_steps"])
+            assert [s for s, _ in _replay(run_dir)] == [s for s, _ in _replay(local_run[1])]
