@@ -1,7 +1,7 @@
 """Offline training: the online plan (:mod:`pipelines.plan`) on a fixed replay store, every commit done.
 
-``python -m pipelines.train --offline-dataset STORE`` (or ``--resume RUN_DIR``) drives a
-:class:`~pipelines.learner_stage.LearnerStage` in this process whose cache holds the whole dataset::
+``python -m pipelines.train --offline-dataset STORE`` (or ``--resume RUN_DIR``: it ends bit-identical) drives
+a :class:`~pipelines.learner_stage.LearnerStage` in this process whose cache holds the whole dataset::
 
     learn      : block b to  min(S, floor(replay_ratio * (b + 1) * block_rows))  steps, in the plan's calls
                  with sampler_rng(b);  S = max(1, floor(total_env_steps * replay_ratio))
@@ -9,9 +9,7 @@
                  block: version v plays with the online seeds; the best is kept in best/ (pipelines.evaluate)
     stop       : after a solved evaluation, with eval.stop_at_target
     checkpoint : every checkpoint.every_steps learner steps, and at the end
-
-So ``--resume`` ends bit-identical to an uninterrupted run. Unless the agent is BC, a BC baseline trains
-on the same blocks for ``min(S, 5_000)`` steps: ``final_eval["bc-baseline"]``.
+    baseline   : unless the agent is BC, BC on the same blocks for min(S, 5_000) steps: final_eval["bc-baseline"]
 """
 from __future__ import annotations
 
@@ -95,8 +93,7 @@ def _evaluate(cfg, stage: OfflineStage, loop: LoopState, log, progress: bool) ->
 
 def _train(cfg, stage: OfflineStage, loop: LoopState, log, progress: bool) -> None:
     """The blocks from ``loop.block`` to the last one or a solved evaluation (module docstring)."""
-    done = lambda: loop.block >= stage.plan.num_blocks or (cfg.eval.stop_at_target and loop.time_to_target_s
-                                                           is not None)
+    done = lambda: loop.block >= stage.plan.num_blocks or cfg.eval.stop_at_target and loop.time_to_target_s is not None
     last_ckpt = stage.steps
     while not done():
         b, version = loop.block, loop.policy_version + 1 if stage.evaluates(loop.block) else None
@@ -146,7 +143,8 @@ def train_offline(cfg, run_dir: str, store_url: Optional[str], progress=True, re
         with MetricsLogger(run_dir) as log:
             log.write("config", step=0, config=config_lib.to_dict(cfg), offline_dataset=store.url,
                       dataset_version=snap.version, dataset_rows=snap.num_rows)
-            log.write("placement", step=0, learner=stage.where(), actors={}, executor="offline")
+            log.write("placement", step=0, learner="{host} pid {pid} (offline, in process)".format(**stage.where()),
+                      learner_address=None, learner_resources={}, actors={}, executor="offline")
             energy, start = start_run_tracker(cfg, run_dir, None), time.time()   # no actors: this process only
             _train(cfg, stage, loop, log, progress)
             out = stage.finish(loop.best_version, loop.policy_version)
