@@ -1,22 +1,15 @@
-"""Offline training: learn from a fixed replay store, with no actors, then evaluate in the env.
+"""Offline training: the online plan (:mod:`pipelines.plan`) on a fixed replay store, every commit done.
 
-``python -m pipelines.train --offline-dataset STORE`` calls :func:`train_offline`:
+``python -m pipelines.train --offline-dataset STORE`` (or ``--resume RUN_DIR``: it ends bit-identical) drives
+a :class:`~pipelines.learner_stage.LearnerStage` in this process whose cache holds the whole dataset::
 
-1. the store's committed rows are loaded into a ``ReplayCache`` (all of them:
-   the dataset is fixed) and the configured agent learns from its sampler:
-   offline DQN for ``agent.algo: dqn`` (the online learner on n-step samples
-   of the fixed data), or behaviour cloning for ``agent.algo: bc``;
-2. the learner takes ``total_env_steps * learner.replay_ratio`` gradient
-   steps (the compute an online run of the same config would spend), and
-   every ``eval.every_env_steps * replay_ratio`` steps its policy plays
-   ``eval.episodes`` episodes (confirmed like online runs); the best version
-   is kept in ``best/`` (so ``pipelines.evaluate RUN_DIR`` works);
-3. unless the agent is BC itself, a BC baseline trains on the same data
-   (``min(steps, 5_000)`` steps) and its final return is reported next to
-   the agent's, under ``final_eval["bc-baseline"]``.
-
-The summary has the keys of an online run (``pipelines.summary``), so
-``print_summary`` prints it; env steps are 0 because no actor runs.
+    learn      : block b to  min(S, floor(replay_ratio * (b + 1) * block_rows))  steps, in the plan's calls
+                 with sampler_rng(b);  S = max(1, floor(total_env_steps * replay_ratio))
+    evaluate   : when (b + 1) * block_rows crosses a multiple of eval.every_env_steps, and after the last
+                 block: version v plays with the online seeds; the best is kept in best/ (pipelines.evaluate)
+    stop       : after a solved evaluation, with eval.stop_at_target
+    checkpoint : every checkpoint.every_steps learner steps, and at the end
+    baseline   : unless the agent is BC, BC on the same blocks for min(S, 5_000) steps: final_eval["bc-baseline"]
 """
 from __future__ import annotations
 
@@ -25,130 +18,144 @@ import json
 import time
 from typing import Any, Dict, Optional
 
-import numpy as np
-
 from core import config as config_lib
 from core import urls
+from pipelines import stages
+from pipelines import summary as summary_lib
+from pipelines.flight import LoopState
+from pipelines.learner_stage import LearnerStage
 
 BASELINE_STEPS = 5_000
+RECORD = "offline.json"       # {"dataset": url, "version": log version}: the data --resume trains on
 
 
-def _check_dataset(cfg, store_url: str):
+class OfflineStage(LearnerStage):
+    """The online runs' learner stage; its cache holds every row of a fixed dataset."""
+
+    def __init__(self, cfg, run_dir: str, store, rows: int):
+        from core.replay import ReplayCache, ReplayStore
+        # The stage's parts open the run's own replay store: an offline run's stays empty.
+        ReplayStore.open_or_create(urls.join(run_dir, "replay"), env_id=cfg.env.id, **cfg.replay.writer_options())
+        super().__init__(cfg, run_dir)
+        self.store, self.cache = store, ReplayCache(store, max_transitions=max(rows, 1))
+        self.sampler = self.builder.make_sampler(self.cache, cfg.agent)
+        self.total = max(1, int(cfg.total_env_steps * cfg.learner.replay_ratio))
+
+    def target(self, block: int, cap: int) -> int:
+        return min(cap, int(self.plan.replay_ratio * (block + 1) * self.plan.block_rows))
+
+    def evaluates(self, block: int) -> bool:
+        rows, every = self.plan.block_rows, self.cfg.eval.every_env_steps
+        return block == self.plan.num_blocks - 1 or (block + 1) * rows // every > block * rows // every
+
+
+def recorded_dataset(run_dir: str) -> Optional[Dict[str, Any]]:
+    """The dataset record of an offline run in ``run_dir`` (its ``offline.json``), else None."""
+    fs, path = urls.resolve(run_dir)
+    return json.loads(fs.cat(f"{path}/{RECORD}")) if fs.exists(f"{path}/{RECORD}") else None
+
+
+def _open_dataset(cfg, run_dir: str, store_url: Optional[str], resume: bool):
+    """``(store, snapshot)`` once every check passed: a one-line error before anything is written."""
     from core.dataset.shards import open_snapshot
-    store, snap = open_snapshot(store_url)
-    if store.env_id and store.env_id != cfg.env.id:
-        raise config_lib.ConfigError(f"--offline-dataset {store.url} holds {store.env_id!r} data but env.id is"
-                                     f" {cfg.env.id!r}; valid: --set env.id={store.env_id}")
+    was = recorded_dataset(run_dir) if resume else None
+    store, snap = open_snapshot(store_url or was["dataset"])     # resume: train.py found a record
+    for ok, message in [
+            (not resume or was is not None, f"--resume {run_dir} is not an offline run (no {RECORD}); valid: "
+             f"--resume {run_dir} without --offline-dataset"),
+            (not store.env_id or store.env_id == cfg.env.id, f"--offline-dataset {store.url} holds "
+             f"{store.env_id!r} data but env.id is {cfg.env.id!r}; valid: --set env.id={store.env_id}"),
+            (snap.num_rows >= cfg.replay.min_size, f"--offline-dataset {store.url} holds {snap.num_rows} rows, "
+             f"fewer than replay.min_size {cfg.replay.min_size}; valid: --set replay.min_size={snap.num_rows}"),
+            (not was or (was["dataset"], was["version"]) == (store.url, snap.version),
+             f"--resume {run_dir} trained on {(was or {}).get('dataset')} at version {(was or {}).get('version')},"
+             f" not {store.url} at version {snap.version}; valid: that dataset, unchanged")]:
+        if not ok:
+            raise config_lib.ConfigError(message)
     return store, snap
 
 
-def _evaluate(cfg, builder, learner, version: int, seed: int) -> Dict[str, Any]:
+def _evaluate(cfg, stage: OfflineStage, loop: LoopState, log, progress: bool) -> None:
+    """Play the block's new version (the online seeds); log it and keep it if it is the best."""
+    from core.evaluation import run_evaluation_task
+    v = loop.policy_version
+    r = run_evaluation_task(stage.payload(v), cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * v,
+                            cfg.env.max_episode_steps, stage.builder.action_selector, cfg.eval.target_return,
+                            cfg.eval.confirm_episodes, False, getattr(cfg.agent, "frame_stack", 1))
+    summary_lib.log_evaluation(log, loop, {**r, "env_steps": stage.steps})   # step: learner steps (no env steps)
+    if summary_lib.evaluation_score(r) > loop.best_return:
+        loop.best_return, loop.best_version = summary_lib.evaluation_score(r), v
+        stage.save_best(v, json.dumps(r))
+    summary_lib.record_target(cfg, loop, r)
+    if progress:
+        print(f"{cfg.agent.algo}: step {stage.steps:,} return {r['mean']:.1f} (best {loop.best_return:.1f})")
+
+
+def _train(cfg, stage: OfflineStage, loop: LoopState, log, progress: bool) -> None:
+    """The blocks from ``loop.block`` to the last one or a solved evaluation (module docstring)."""
+    done = lambda: loop.block >= stage.plan.num_blocks or cfg.eval.stop_at_target and loop.time_to_target_s is not None
+    last_ckpt = stage.steps
+    while not done():
+        b, version = loop.block, loop.policy_version + 1 if stage.evaluates(loop.block) else None
+        for kind, step, fields in stage.learn_block(b, stage.target(b, stage.total), version,
+                                                    [loop.best_version])["records"]:
+            log.write(kind, step=step, **fields)
+        if version is not None:
+            loop.policy_version = version
+            _evaluate(cfg, stage, loop, log, progress)
+        loop.block = b + 1
+        if stage.steps - last_ckpt >= cfg.checkpoint.every_steps or done():
+            stage.best_ckpt.wait()    # a complete checkpoint never names a best version a kill could lose
+            last_ckpt = stage.checkpoint(json.dumps(dataclasses.asdict(loop)))
+
+
+def _bc_baseline(cfg, stage: OfflineStage) -> Dict[str, Any]:
+    """Behaviour cloning on the same data, blocks and RNG streams; its final fp32 return."""
+    from core.agents.bc.config import BCConfig
+    from core.agents.registry import get_builder
     from core.evaluation import run_evaluation_task
     from core.quantize import PolicyQuantizer
-    payload = PolicyQuantizer("fp32").quantize(learner.policy_model, version=version)
-    return run_evaluation_task(payload, cfg.env.id, cfg.eval.episodes, seed, cfg.env.max_episode_steps,
-                               builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes)
-
-
-def _final_fp32(cfg, builder, learner) -> Dict[str, Any]:
-    from core.evaluation import evaluate_payload
-    from core.quantize import PolicyQuantizer
+    bc_cfg, builder = BCConfig(), get_builder("bc")
+    learner, sampler = builder.make_learner(stage.spec, bc_cfg, cfg.seed), builder.make_sampler(stage.cache, bc_cfg)
+    for b in range(stage.plan.num_blocks):
+        rng = stage.plan.sampler_rng(b)
+        for n in stage.plan.calls(learner.steps, stage.target(b, min(stage.total, BASELINE_STEPS))):
+            stages.learn_stage(learner, sampler, n, bc_cfg.batch_size, rng)
     payload = PolicyQuantizer("fp32").quantize(learner.policy_model, version=0)
-    returns = evaluate_payload(payload, cfg.env.id, cfg.eval.episodes, seed=cfg.seed + 900_000,
-                               selector=builder.action_selector, max_episode_steps=cfg.env.max_episode_steps)
-    return {"mean": float(returns.mean()), "std": float(returns.std()), "payload_bytes": int(payload.nbytes)}
+    r = run_evaluation_task(payload, cfg.env.id, cfg.eval.episodes, cfg.seed + 900_000, cfg.env.max_episode_steps)
+    return {"mean": r["mean"], "std": r["std"], "payload_bytes": int(payload.nbytes)}
 
 
-def fit(cfg, agent_cfg, cache, steps: int, log=None, best_ckpt=None, progress: bool = False,
-        label: str = "offline"):
-    """Train ``agent_cfg``'s learner on ``cache`` for ``steps``; returns (learner, builder, loop state)."""
-    from core.agents.registry import get_builder
-    from core.envs import env_spec
-    from pipelines import stages
-    from pipelines.driver import LoopState
-    builder = get_builder(agent_cfg.algo)
-    learner = builder.make_learner(env_spec(cfg.env.id), agent_cfg, cfg.seed)
-    sampler = builder.make_sampler(cache, agent_cfg)
-    rng = np.random.default_rng([cfg.seed, 11])
-    loop = LoopState()
-    every = max(1, int(cfg.eval.every_env_steps * cfg.learner.replay_ratio))
-    start = time.time()
-    while learner.steps < steps:
-        n = min(cfg.learner.steps_per_call * 4, steps - learner.steps)
-        m = stages.learn_stage(learner, sampler, n, agent_cfg.batch_size, rng)
-        if learner.steps % every < n or learner.steps >= steps:
-            loop.policy_version += 1
-            r = _evaluate(cfg, builder, learner, loop.policy_version, cfg.seed + 100_000 + loop.policy_version)
-            score = r["confirmed_mean"] if r["confirmed_mean"] is not None else r["mean"]
-            if log is not None:
-                log.write("eval", step=learner.steps, version=loop.policy_version, mean=r["mean"], std=r["std"],
-                          confirmed_mean=r["confirmed_mean"], loss=m["loss"], agent=label)
-            if progress:
-                print(f"{label}: step {learner.steps:,}/{steps:,} loss {m['loss']:.3f} return {r['mean']:.1f}"
-                      f" (best {max(loop.best_return, score):.1f})", flush=True)
-            if score > loop.best_return:
-                loop.best_return, loop.best_version = score, loop.policy_version
-                loop.best_params = learner.state()["params"]
-                if best_ckpt is not None:
-                    best_ckpt.save(loop.policy_version, {"params": loop.best_params},
-                                   metadata={"eval": json.dumps(r), "config": config_lib.to_json(cfg)})
-            solved = score >= cfg.eval.target_return and (r["confirmed_mean"] is not None
-                                                          or cfg.eval.confirm_episodes == 0)
-            if solved and loop.time_to_target_s is None:
-                loop.time_to_target_s, loop.env_steps_to_target = time.time() - start, 0  # no env steps offline
-            if solved and cfg.eval.stop_at_target:
-                break
-    if getattr(loop, "best_params", None) is not None:
-        learner.restore({**learner.state(), "params": loop.best_params})
-    return learner, builder, loop
-
-
-def train_offline(cfg, run_dir: str, store_url: str, progress: bool = True) -> Dict[str, Any]:
-    """Train ``cfg``'s agent on the fixed store ``store_url`` into ``run_dir``; returns the summary."""
-    from core.agents.bc.config import BCConfig
-    from core.checkpoint import Checkpointer
+def train_offline(cfg, run_dir: str, store_url: Optional[str], progress=True, resume=False) -> Dict[str, Any]:
+    """Train ``cfg``'s agent on the fixed store ``store_url`` (resume: the run's own) into ``run_dir``."""
     from core.metrics import MetricsLogger
-    from core.replay import ReplayCache
-    from pipelines.driver import configure_threads
-    from pipelines.summary import build_summary, final_evaluation, write_summary
-    store, snap = _check_dataset(cfg, store_url)
-    configure_threads(cfg)
-    run_dir = urls.normalize(run_dir)
-    fs, path = urls.resolve(run_dir)
-    fs.makedirs(path, exist_ok=True)
-    with fs.open(f"{path}/config.json", "w") as f:
-        f.write(config_lib.to_json(cfg))
-    log = MetricsLogger(run_dir)
-    log.write("config", step=0, config=config_lib.to_dict(cfg), offline_dataset=store.url,
-              dataset_version=snap.version, dataset_rows=snap.num_rows)
     from pipelines.energy import start_run_tracker, stop_run_tracker
-    energy = start_run_tracker(cfg, run_dir, None)     # this process: no actors in offline training
-    cache = ReplayCache(store, max_transitions=max(snap.num_rows, 1))
-    cache.refresh()
-    steps = max(1, int(cfg.total_env_steps * cfg.learner.replay_ratio))
-    best_ckpt = Checkpointer(urls.join(run_dir, "best"), keep_last=1)
-    start = time.time()
-    learner, builder, loop = fit(cfg, cfg.agent, cache, steps, log, best_ckpt, progress, cfg.agent.algo)
-    best_ckpt.wait()
-    ckpt = Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=1)
-    ckpt.save(learner.steps, {"learner": learner.state()},
-              metadata={"loop": json.dumps({k: v for k, v in dataclasses.asdict(loop).items()}),
-                        "config": config_lib.to_json(cfg), "offline_dataset": store.url})
-    ckpt.wait()
-    calib = None
-    if cfg.actors.precision == "int8-full":
-        calib = cache.data["observation"][:cache.size].reshape(cache.size, -1)[:cfg.actors.calibration_size]
-    final = final_evaluation(cfg, learner, builder, run_dir, loop.policy_version, calib)
-    if cfg.agent.algo != "bc":
-        bc, bc_builder, _ = fit(cfg, BCConfig(), cache, min(steps, BASELINE_STEPS), log, None, progress,
-                                "bc-baseline")
-        final["bc-baseline"] = _final_fp32(cfg, bc_builder, bc)
-    wall = time.time() - start
-    summary = build_summary(cfg, run_dir, loop, learner.steps, wall, 0, [], final, snap.version)
-    summary.update(executor="offline", offline_dataset=store.url, dataset_rows=snap.num_rows)
-    summary.update(stop_run_tracker(energy))
-    write_summary(run_dir, log, summary)
-    best_ckpt.close()
-    ckpt.close()
-    log.close()
-    return summary
+    run_dir = urls.normalize(run_dir)
+    store, snap = _open_dataset(cfg, run_dir, store_url, resume)
+    fs, path = urls.resolve(run_dir)
+    if not resume:
+        fs.makedirs(path, exist_ok=True)
+        fs.pipe(f"{path}/config.json", config_lib.to_json(cfg).encode())
+        fs.pipe(f"{path}/{RECORD}", json.dumps({"dataset": store.url, "version": snap.version}).encode())
+    stage = OfflineStage(cfg, run_dir, store, snap.num_rows)
+    try:
+        loop = LoopState(**json.loads(stage.restore()["loop"])) if resume else LoopState()
+        with MetricsLogger(run_dir) as log:
+            log.write("config", step=0, config=config_lib.to_dict(cfg), offline_dataset=store.url,
+                      dataset_version=snap.version, dataset_rows=snap.num_rows)
+            log.write("placement", step=0, learner="{host} pid {pid} (offline, in process)".format(**stage.where()),
+                      learner_address=None, learner_resources={}, actors={}, executor="offline")
+            energy, start = start_run_tracker(cfg, run_dir, None), time.time()   # no actors: this process only
+            _train(cfg, stage, loop, log, progress)
+            out = stage.finish(loop.best_version, loop.policy_version)
+            for kind, step, fields in out["records"]:
+                log.write(kind, step=step, **fields)
+            final = {**out["final"], **({"bc-baseline": _bc_baseline(cfg, stage)} if cfg.agent.algo != "bc" else {})}
+            summary = summary_lib.build_summary(cfg, run_dir, loop, out["steps"], time.time() - start,
+                                                final[cfg.actors.precision]["payload_bytes"], [], final, snap.version)
+            summary.update(executor="offline", offline_dataset=store.url, dataset_rows=snap.num_rows,
+                           **stop_run_tracker(energy))
+            summary_lib.write_summary(run_dir, log, summary)
+            return summary
+    finally:
+        stage.close()

@@ -166,9 +166,9 @@ def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
 
 def _train_locked(cfg, run_dir: str, progress: bool, resume: bool, pipeline_args: Optional[List[str]],
                   offline_dataset: Optional[str]) -> dict:
-    if offline_dataset:
-        from pipelines.offline import train_offline
-        return train_offline(cfg, run_dir, offline_dataset, progress=progress)
+    from pipelines.offline import recorded_dataset, train_offline
+    if offline_dataset or (resume and recorded_dataset(run_dir)):    # an offline run resumes on its own dataset
+        return train_offline(cfg, run_dir, offline_dataset, progress=progress, resume=resume)
     if cfg.inference == "central":  # SEED mode: env-only actors + inference server (pipelines/central.py)
         from pipelines.central import train_central
         return train_central(cfg, run_dir, progress=progress, resume=resume)

@@ -1,11 +1,17 @@
 """Collect a dataset from a solved CartPole policy, process it, and train offline from it.
 
 Budget: one ~45 s local training run (session fixture) that solves CartPole,
-a ~20 s collection, and one offline run.
+a ~20 s collection, one offline run, and an offline run killed with SIGKILL
+after its first checkpoint and resumed, next to an uninterrupted one (~40 s).
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -84,6 +90,105 @@ def test_offline_rejects_other_env_and_empty_store(expert_store, tmp_path):
     ReplayStore.open_or_create(str(tmp_path / "empty"), env_id="CartPole-v1")
     with pytest.raises(DatasetError, match="is empty"):
         train_offline(config_lib.load_config(), str(tmp_path / "r2"), str(tmp_path / "empty"), progress=False)
+    rows = ReplayStore.open(expert_store).snapshot().num_rows
+    cfg = config_lib.load_config(overrides=["replay.capacity=1000000", "replay.min_size=1000000"])
+    with pytest.raises(config_lib.ConfigError, match=f"holds {rows} rows, fewer than replay.min_size 1000000; "
+                                                     f"valid: --set replay.min_size={rows}$"):
+        train_offline(cfg, str(tmp_path / "r3"), expert_store, progress=False)
+    assert not any((tmp_path / r).exists() for r in ("r", "r2", "r3"))      # nothing written
+
+
+def test_offline_resume_bad_input_is_one_line_and_writes_nothing(solved_run, expert_store, tmp_path, capsys):
+    from pipelines.train import main
+    # An online run is not resumed as an offline one.
+    assert main(["--resume", solved_run, "--offline-dataset", expert_store, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --resume {solved_run} is not an offline run (no offline.json); valid: --resume "
+                   f"{solved_run} without --offline-dataset"]
+    # An offline run whose dataset changed since (here: its record names another log version).
+    run = tmp_path / "changed"
+    run.mkdir()
+    (run / "config.json").write_text(config_lib.to_json(config_lib.load_config()))
+    url = ReplayStore.open(expert_store).url
+    (run / "offline.json").write_text(json.dumps({"dataset": url, "version": 7}))
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["--resume", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --resume {run} trained on {url} at version 7, not {url} at version 1; valid: that "
+                   f"dataset, unchanged"]
+    assert sorted(p.name for p in run.iterdir()) == before
+
+
+#: 4,096 learner steps in 8 blocks of 512; checkpoints every 1,024 steps; 4 evaluations; no early stop.
+RESUME_SETTINGS = ["total_env_steps=8192", "eval.every_env_steps=2048", "eval.episodes=10",
+                   "eval.confirm_episodes=0", "eval.stop_at_target=false", "checkpoint.every_steps=1000"]
+
+
+def _learner_state(run_dir, which="checkpoints"):
+    from core.checkpoint import Checkpointer
+    with Checkpointer(os.path.join(run_dir, which)) as ckpt:
+        step = ckpt.latest_step()
+        state, meta = ckpt.restore(step)
+    return step, state, meta
+
+
+def _flat(tree, prefix=""):
+    out = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}{k}/") if isinstance(v, dict) else {prefix + k: np.asarray(v)})
+    return out
+
+
+def test_offline_resume_after_sigkill_is_bit_identical(expert_store, tmp_path):
+    """SIGKILL an offline run once its first checkpoint is complete; ``--resume`` ends where an uninterrupted
+    run ends: the same learner state (params, optimizer, counters), best/ version and summary."""
+    from core.checkpoint import Checkpointer
+    from core.metrics import read_metrics
+    from pipelines.train import main, train
+    cfg = config_lib.load_config(overrides=RESUME_SETTINGS)
+    whole = str(tmp_path / "whole")
+    summary = train(cfg, whole, progress=False, offline_dataset=expert_store)
+
+    killed = str(tmp_path / "killed")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.train", "--offline-dataset", expert_store,
+                             "--run-dir", killed, "--no-progress", *[a for s in RESUME_SETTINGS for a in ("--set", s)]],
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, step = time.time() + 120, None
+        while step is None and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            if os.path.exists(os.path.join(killed, "checkpoints", "zarr.json")):
+                with Checkpointer(os.path.join(killed, "checkpoints")) as ckpt:
+                    step = ckpt.latest_step()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    at_kill, _, meta = _learner_state(killed)
+    assert step is not None and at_kill < summary["learner_steps"] == 4096, "killed after the end: not a resume test"
+    assert not os.path.exists(os.path.join(killed, "summary.json"))
+    assert main(["--resume", killed, "--no-progress"]) == 0     # finds its dataset in offline.json
+
+    # It resumed (did not start over): the new segment evaluates only the versions after the checkpoint's.
+    segments = [i for i, r in enumerate(read_metrics(killed)) if r["kind"] == "config"]
+    assert len(segments) == 2
+    resumed_evals = [r["version"] for r in read_metrics(killed)[segments[1]:] if r["kind"] == "eval"]
+    assert resumed_evals and resumed_evals[0] == json.loads(meta["loop"])["policy_version"] + 1
+    with open(os.path.join(killed, "summary.json")) as f:
+        resumed = json.load(f)
+    for key in ("learner_steps", "policy_versions", "best_version", "best_eval_return", "final_eval", "env_steps"):
+        assert resumed[key] == summary[key], (key, resumed[key], summary[key])
+    for which in ("checkpoints", "best"):
+        (sa, a, _), (sb, b, _) = _learner_state(whole, which), _learner_state(killed, which)
+        a, b = _flat(a), _flat(b)
+        assert sa == sb and a.keys() == b.keys() and a
+        for k in a:
+            assert np.array_equal(a[k], b[k]), f"{which} step {sa}: {k} differs after the resume"
 
 
 def test_bc_learner_state_round_trip():
