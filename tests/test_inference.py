@@ -409,9 +409,12 @@ def test_actor_survives_a_server_restart_with_fresh_episodes(payload, spec):
     batches = second.drain()
     second.stop()
     assert out[0]["env_steps"] == 12000 and out[0]["reconnects"] >= 1, out[0]
-    # the new connection starts fresh episodes (step 0) with ids of connection >= 1000
+    # the new connection starts fresh episodes (step 0) whose stream ids carry incarnation >= 1000
+    # (bits 21.. of the stream, core.inference.unrolls), so they never reuse the first server's ids
     assert (batches[0].step[0] == 0).all()
-    assert ((batches[0].episode_id[0] & 0xFFFFFFFF) >> 20 >= 1000).all()
+    assert (((batches[0].episode_id[0] >> 32) >> 21) >= 1000).all()
+    before = {int(i) for b in first.drain() for i in np.unique(b.episode_id)}
+    assert before and not before & {int(i) for b in batches for i in np.unique(b.episode_id)}
 
 
 def test_unreachable_address_fails_after_backoff_with_one_line_error():

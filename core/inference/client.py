@@ -7,9 +7,11 @@ process or thread, or a Dask task) never runs a policy. Per step it sends its
 Faults:
 
 * **reconnect = fresh env state** (SEED's run_id): every (re)connection
-  rebuilds and reseeds the envs and starts new episodes, so the server never
-  has to splice a half-seen episode (and a recurrent policy's state starts
-  from zero: the server drops the old connection's);
+  rebuilds the envs, seeded from ``(seed, actor, task)`` for the task the
+  server's ``welcome`` names (the actor's next unfinished rollout task, as a
+  rebuilt local actor in :mod:`core.rollout`), and starts new episodes, so the
+  server never has to splice a half-seen episode (and a recurrent policy's
+  state starts from zero: the server drops the old connection's);
 * **server restart**: a broken stream (UNAVAILABLE, CANCELLED, ...) is
   retried with exponential backoff (``backoff_s`` doubling up to
   ``max_backoff_s``) and the actor continues;
@@ -59,7 +61,7 @@ class _Session:
         self.send({"kind": "hello", "actor_id": spec.actor_id, "num_envs": spec.num_envs, "env_id": spec.env_id,
                    "obs_shape": list(obs_shape), "obs_dtype": obs_dtype})
         header, _ = self.receive("welcome")
-        self.connection = int(header["connection"])
+        self.connection, self.task, self.incarnation = (int(header[k]) for k in ("connection", "task", "incarnation"))
 
     def send(self, header: Dict[str, Any], arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
         self.requests.put(protocol.encode(header, arrays))
@@ -122,7 +124,7 @@ class _AsyncSession:
 
     def __init__(self, call):
         self.call = call
-        self.connection = -1
+        self.connection, self.task = -1, 0
 
     @classmethod
     async def open(cls, channel, spec, obs_shape, obs_dtype: str, metadata=()) -> "_AsyncSession":
@@ -130,7 +132,7 @@ class _AsyncSession:
         await session.send({"kind": "hello", "actor_id": spec.actor_id, "num_envs": spec.num_envs,
                             "env_id": spec.env_id, "obs_shape": list(obs_shape), "obs_dtype": obs_dtype})
         header, _ = await session.receive("welcome")
-        session.connection = int(header["connection"])
+        session.connection, session.task = int(header["connection"]), int(header["task"])
         return session
 
     async def send(self, header: Dict[str, Any], arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
@@ -154,6 +156,7 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
     """The actor loop of :func:`run_env_actor_task` (reconnect and backoff as in the module docstring)."""
     import grpc
     from core.envs import env_spec, make_vector_env
+    from core.rollout import _env_seed
     address = endpoint.address
     opts = [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)]
@@ -178,8 +181,9 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
             sessions += 1
             reconnects += 1
             down_since, delay = None, backoff_s
-            seed = int(np.random.SeedSequence([spec.seed, spec.actor_id, session.connection]).generate_state(1)[0]
-                       % (2**31 - 1))
+            # Envs seeded as a local actor built at this task (core.rollout): a reconnect plays the
+            # server's next unfinished task again from fresh envs.
+            seed = _env_seed(spec, session.task)
             envs, obs = make_vector_env(spec.env_id, spec.num_envs, seed, spec.max_episode_steps)
             e = spec.num_envs
             reward = np.zeros(e, np.float32)
