@@ -36,7 +36,7 @@ import asyncio
 import concurrent.futures
 import queue
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -104,8 +104,29 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
       max_env_steps: stop after this many env steps (None: until the server's stop).
       give_up_s: fail with :class:`InferenceUnavailable` after this long without a connection.
     """
-    run = _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_backoff_s, connect_timeout_s,
-                     max_message_bytes)
+    return _in_event_loop(_run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_backoff_s,
+                                     connect_timeout_s, max_message_bytes))
+
+
+def run_env_actors_task(endpoint, specs, **kwargs) -> List[Dict[str, Any]]:
+    """Several env-only actors in one task, one event loop (:func:`run_env_actor_task`'s ``kwargs``).
+
+    While one actor waits for its reply the others step their envs, so a
+    worker with one thread serves all the actors placed on it: a scheduled
+    server (:mod:`core.inference.server`) needs every actor's tasks, and an
+    actor task per thread would leave the others queued behind it.
+    """
+    async def actors():
+        return await asyncio.gather(*[_run_actor(endpoint, spec, kwargs.get("max_env_steps"),
+                                                 kwargs.get("give_up_s", 30.0), kwargs.get("backoff_s", 0.05),
+                                                 kwargs.get("max_backoff_s", 2.0),
+                                                 kwargs.get("connect_timeout_s", 2.0),
+                                                 kwargs.get("max_message_bytes", 16 << 20)) for spec in specs])
+    return list(_in_event_loop(actors()))
+
+
+def _in_event_loop(run):
+    """Run coroutine ``run`` in a private event loop (on a thread of its own inside a running loop)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

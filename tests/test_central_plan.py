@@ -1,0 +1,75 @@
+"""SEED central inference runs the training plan: same config + seed => the same run (pipelines/central.py).
+
+Central mode is the driver's :class:`~pipelines.plan.TrainingPlan` with the
+rollout tasks played through the inference server: the server answers each
+task's steps with the version and exploration the plan grants it and samples
+actions with the task's own RNG, so two runs give bit-identical learner
+parameters and committed replay (every shard array, the episode index
+included), on the local executor and on Dask. That rests on LiteRT rows not
+depending on the batch they run in (the server batches whatever arrives),
+which the first test checks for every precision the server runs.
+
+V-trace CartPole, 4,096 env steps (4 blocks of 1,024 rows), learning from
+1,024 rows at replay ratio 0.01 (several policy versions, two of them live
+at once with policy lag 1), an evaluation at 2,048. About 1 minute.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from core.config import load_config
+from test_determinism import _assert_same_run, _replay
+
+SETTINGS = ["inference=central", "total_env_steps=4096", "eval.every_env_steps=2048", "eval.episodes=10",
+            "eval.confirm_episodes=0", "replay.min_size=1024", "learner.replay_ratio=0.01"]
+
+
+def _run(tmp_path, name, executor, overrides=()):
+    from pipelines.train import train
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"),
+                      [f"executor={executor}", *SETTINGS, *overrides])
+    run_dir = os.path.join(str(tmp_path), name)
+    return train(cfg, run_dir, progress=False), run_dir
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8-dynamic"])
+def test_litert_rows_do_not_depend_on_the_batch_they_run_in(precision):
+    """The premise of batching across actors: a row's output is the same at every batch size and position."""
+    from core.inference.runners import LiteRTRunner
+    from core.networks import mlp
+    from core.policy import LiteRTPolicy
+    from core.quantize import PolicyQuantizer
+    payload = PolicyQuantizer(precision).quantize(mlp(4, [64, 64], 2, name="policy", seed=0), version=1)
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(8, 4)).astype(np.float32)
+    alone = LiteRTPolicy(payload, batch_size=8)(rows)          # what a local actor of 8 envs computes
+    for chunk in (1, 3, 8, 32):
+        runner = LiteRTRunner(payload, max_batch_size=32, chunk_rows=chunk)
+        for n, at in ((8, 0), (13, 5), (32, 0), (32, 24), (29, 11)):
+            batch = (10 * rng.normal(size=(n, 4))).astype(np.float32)
+            batch[at:at + 8] = rows
+            assert np.array_equal(runner(batch)[at:at + 8], alone), (chunk, n, at)
+
+
+@pytest.fixture(scope="module")
+def central_run(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("central"), "local-a", "local")
+
+
+def test_two_central_runs_are_bit_identical(central_run, tmp_path):
+    again = _run(tmp_path, "local-b", "local")
+    summary = central_run[0]
+    assert summary["env_steps"] == 4096 and summary["learner_steps"] == 40 and summary["policy_versions"] >= 4
+    replay = _replay(central_run[1])
+    assert [sid for sid, _ in replay] == ["s00000000", "s00000001", "s00000002", "s00000003"]
+    versions = [sorted(np.unique(x["policy_version"]).tolist()) for _, x in replay]
+    assert versions[0] == versions[1] == [1] and versions[3] != [1]     # the plan's versions, lag 1
+    _assert_same_run(central_run, again, "central vs central")
+    assert summary["inference"]["rejected"] == 0 and summary["inference"]["connections"] == 4
+
+
+def test_central_on_dask_is_bit_identical_to_central_local(central_run, tmp_path):
+    run = _run(tmp_path, "dask", "dask", ["dask.n_workers=1"])
+    assert run[0]["inference"]["address"].startswith("127.0.0.1:")
+    _assert_same_run(central_run, run, "central local vs central dask-1")
