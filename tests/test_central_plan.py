@@ -73,3 +73,13 @@ def test_central_on_dask_is_bit_identical_to_central_local(central_run, tmp_path
     run = _run(tmp_path, "dask", "dask", ["dask.n_workers=1"])
     assert run[0]["inference"]["address"].startswith("127.0.0.1:")
     _assert_same_run(central_run, run, "central local vs central dask-1")
+
+
+def test_central_inference_gives_the_run_local_inference_gives(central_run, tmp_path):
+    """The server plays each task as a local actor would (same envs, ids, versions, exploration, RNG and
+    LiteRT rows), so where the policy runs is an executor choice: parameters and replay are the same."""
+    settings = [s for s in SETTINGS if s != "inference=central"]
+    from pipelines.train import train
+    cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["executor=local", *settings])
+    run_dir = os.path.join(str(tmp_path), "local-inference")
+    _assert_same_run(central_run, (train(cfg, run_dir, progress=False), run_dir), "central vs local inference")

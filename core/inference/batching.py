@@ -6,6 +6,9 @@ partial batch never waits forever (it also closes early once it holds one
 request per connected client, if ``expected_requests`` says how many) (the
 original SEED batcher had no timeout and stalled with fewer actors than its
 batch size). A request larger than ``max_batch_size`` runs as its own batch.
+Requests carry a *key* (the server's: the policy version of the request's
+task); a batch runs one call per key, so rows of two versions can share a
+batch's wait but never a policy call.
 
 **The wait is tuned to the measured arrival rate** (``adaptive=True``; the
 server's ``adaptive_wait``). Merging the next request into an open batch

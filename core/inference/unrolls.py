@@ -66,10 +66,8 @@ class UnrollAssembler:
         return self.first_task + (self.messages - 1) // self.length
 
     def new_episode(self) -> np.ndarray:
-        """Which envs start an episode with the step being observed (after :meth:`observe`)."""
-        if self.pending is None:
-            return np.ones(self.num_envs, bool)
-        return self.pending["terminated"] | self.pending["truncated"]
+        """Which envs start an episode with the step last observed (all, on a connection's first step)."""
+        return self._new
 
     def observe(self, reward: np.ndarray, terminated: np.ndarray,
                 truncated: np.ndarray) -> Optional[Tuple[int, TrajectoryBatch, List[float], List[int]]]:
@@ -79,9 +77,10 @@ class UnrollAssembler:
         episode that ends with step ``t``'s observation counts in row ``t-1``'s task (as locally).
         """
         done = None
+        self._new = np.ones(self.num_envs, bool)
         if self.pending is not None:
             prev_task = self.first_task + (self.messages - 1) // self.length
-            prev_last = self.pending["terminated"] | self.pending["truncated"]
+            prev_last = self._new = self.pending["terminated"] | self.pending["truncated"]
             r = np.where(prev_last, 0.0, reward).astype(np.float32)
             self.pending["reward"] = r
             self.rows.append(self.pending)
