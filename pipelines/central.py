@@ -170,6 +170,10 @@ class _ServerStage(InProcessStage):
         return self.obj.payload(version)
 
 
+#: Times an env actor (a group of them, on Dask) is started again after it ended before the run did.
+MAX_ACTOR_RESTARTS = 3
+
+
 class CentralTrainer(Trainer):
     """One SEED-mode training run on the driver's plan; ``run()`` returns the same summary as :class:`Trainer`."""
 
@@ -220,13 +224,32 @@ class CentralTrainer(Trainer):
 
     def _start_actors(self) -> List[Any]:
         """Local: a process per actor. Dask: one task per worker with its actors (actor ``a`` on worker ``a % W``)."""
+        n = len(self.actor_specs) if self.cfg.executor == "local" else len(self.executor.cluster.workers())
+        self.actor_groups = max(1, min(n, len(self.actor_specs)))
+        self.restarts = [0] * self.actor_groups
+        return [self._start_group(g) for g in range(self.actor_groups)]
+
+    def _start_group(self, g: int):
         from core.inference.client import run_env_actors_task
+        specs = self.actor_specs[g::self.actor_groups]
         if self.cfg.executor == "local":
-            return [_ProcessFuture(_actor_process, (self.endpoint, spec)) for spec in self.actor_specs]
-        workers = max(1, min(len(self.executor.cluster.workers()), len(self.actor_specs)))
-        return [self.executor.cluster.submit(run_env_actors_task, self.endpoint, self.actor_specs[w::workers],
-                                             key=f"env-actors-{self.run_id}-w{w}", actor=w)
-                for w in range(workers)]
+            return _ProcessFuture(_actor_process, (self.endpoint, specs[0]))
+        return self.executor.cluster.submit(run_env_actors_task, self.endpoint, specs, actor=g,
+                                            key=f"env-actors-{self.run_id}-g{g}-r{self.restarts[g]}")
+
+    def _watch(self, f, progressed: bool) -> None:
+        """Start again an actor lost mid-run (it replays its unfinished task: core.inference.server)."""
+        for g, fut in enumerate(self.actors):
+            if fut.done():
+                if self.restarts[g] >= MAX_ACTOR_RESTARTS:
+                    fut.result()     # its error, if it raised one
+                    raise RuntimeError(f"env actor group {g} ended {self.restarts[g] + 1} times before the run's "
+                                       f"end (last exit: {fut.result()}); valid: actors that keep running")
+                self.restarts[g] += 1
+                ids = [spec.actor_id for spec in self.actor_specs[g::self.actor_groups]]
+                self.log.write("task_lost", step=self.loop.env_steps, task=f"env actors {ids}")
+                self.actors[g] = self._start_group(g)
+        super()._watch(f, progressed)
 
     def _stop_serving(self) -> None:
         """Tell the actors the run is over, wait for them (never leave one retrying), stop the server."""
