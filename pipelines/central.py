@@ -38,6 +38,7 @@ certificate to trust.
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from typing import Any, Dict, List, Optional
 
 from pipelines import stages
@@ -113,20 +114,35 @@ class _TaskFuture:
 
 
 class _ShardWrite:
-    """Block ``block``'s shard write: done once all its tasks are; writes (in the driver) when read."""
+    """Block ``block``'s shard write, started on the writer thread once its last task is done.
 
-    def __init__(self, store_url: str, block: int, tasks: List[_TaskFuture], writer_options: Dict[str, Any]):
+    The server tells the trainer when a task finishes (``on_result``), so the
+    shard is written while the driver trains the block before; the
+    trajectories are in this process already (the server's).
+    """
+
+    def __init__(self, store_url: str, block: int, tasks: List[_TaskFuture], writer_options: Dict[str, Any],
+                 writer: concurrent.futures.ThreadPoolExecutor):
         self.args = (store_url, stages.shard_id_for(block), tasks, writer_options)
-        self._info: Optional[Dict[str, Any]] = None
+        self.writer = writer
+        self._future: Optional[concurrent.futures.Future] = None
+        self._lock = threading.Lock()
+
+    def start_if_ready(self) -> bool:
+        """Submit the write once every task is done (any thread); True once submitted."""
+        with self._lock:
+            if self._future is None and all(t.done() for t in self.args[2]):
+                store_url, shard_id, tasks, options = self.args
+                self._future = self.writer.submit(stages.write_shard_stage, store_url, shard_id,
+                                                  [t.result() for t in tasks], options)
+            return self._future is not None
 
     def done(self) -> bool:
-        return all(t.done() for t in self.args[2])
+        return self.start_if_ready() and self._future.done()
 
     def result(self) -> Dict[str, Any]:
-        if self._info is None:     # the trajectories are in this process already (the server's)
-            store_url, shard_id, tasks, options = self.args
-            self._info = stages.write_shard_stage(store_url, shard_id, [t.result() for t in tasks], options)
-        return self._info
+        self.start_if_ready()
+        return self._future.result()
 
     def cancelled(self) -> bool:
         return False
@@ -146,6 +162,7 @@ class _BesideTheServer:
     def __init__(self, executor, server_of):
         self.cluster, self._server_of = executor, server_of
         self.threads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="central-eval")
+        self.writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="central-write")
 
     def __getattr__(self, name: str):
         return getattr(self.cluster, name)
@@ -155,7 +172,10 @@ class _BesideTheServer:
 
     def wait(self, futures, timeout: Optional[float] = None) -> List[Any]:
         server = self._server_of()
-        if server is not None and any(isinstance(f, _ShardWrite) for f in futures):
+        writes = [f._future for f in futures if isinstance(f, _ShardWrite) and f._future is not None]
+        if writes:
+            concurrent.futures.wait(writes, timeout=timeout)
+        elif server is not None and any(isinstance(f, _ShardWrite) for f in futures):
             server.wait_for_results(timeout or 0.0)
         else:
             concurrent.futures.wait([f for f in futures if isinstance(f, concurrent.futures.Future)],
@@ -182,6 +202,7 @@ class CentralTrainer(Trainer):
     def __init__(self, cfg, run_dir: str, executor, progress: bool = True, resume: bool = False):
         super().__init__(cfg, run_dir, _BesideTheServer(executor, lambda: self.server), progress, resume)
         self.actors: List[Any] = []
+        self.write_of: Dict[Any, _ShardWrite] = {}       # (actor, task) -> its block's write
 
     def _place_learner(self):
         """In this process, beside the server (``learner.resources`` is refused for central mode)."""
@@ -220,6 +241,7 @@ class CentralTrainer(Trainer):
             raise ConfigError(f"{e}; valid: inference_server.bind_host = an address of this host, "
                               f"or null for the default") from None
         self.endpoint = server.endpoint(self.listen.dial_address(server.port))
+        server.on_result = self._task_done
         return server
 
     def _start_actors(self) -> List[Any]:
@@ -265,6 +287,7 @@ class CentralTrainer(Trainer):
         if self.server is not None:
             self.server.stop()
         self.executor.threads.shutdown(wait=True)
+        self.executor.writer.shutdown(wait=True)
 
     # -- the plan's rollout tasks, played by the server -------------------------------------------
     def _submit_rollout(self, f, a: int, k: int, block: int, retry: int = 0):
@@ -275,7 +298,16 @@ class CentralTrainer(Trainer):
         return _TaskFuture(self.server, a, k)
 
     def _submit_write(self, block: int, rollouts: List[Any], retry: int = 0):
-        return _ShardWrite(self.store_url, block, rollouts, self.cfg.replay.writer_options())
+        write = _ShardWrite(self.store_url, block, rollouts, self.cfg.replay.writer_options(), self.executor.writer)
+        self.write_of.update({(t.actor, t.task): write for t in rollouts})
+        write.start_if_ready()
+        return write
+
+    def _task_done(self, actor: int, task: int) -> None:
+        """The server finished a task (its stream thread): start its block's write if it was the last."""
+        write = self.write_of.pop((actor, task), None)
+        if write is not None:
+            write.start_if_ready()
 
     # -- end of run -------------------------------------------------------------------------------
     def _close(self, f) -> Dict[str, Any]:

@@ -189,6 +189,7 @@ class InferenceServer:
         self._actors: Dict[int, _ActorTasks] = {}          # actor id -> its tasks across connections
         self._results: Dict[Tuple[int, int], RolloutResult] = {}   # (actor, task) -> finished task
         self.first_connection = int(first_connection)
+        self.on_result: Optional[Callable[[int, int], None]] = None   # called (actor, task) as a task finishes
         self.batcher = DynamicBatcher(self._infer, max_batch_size, max_wait_s,
                                       expected_requests=lambda: self.active_streams, adaptive=adaptive_wait)
         self._connections = itertools.count(int(first_connection))
@@ -397,6 +398,8 @@ class InferenceServer:
                 self._unrolls.append(batch)
                 self._episodes.extend(zip(returns, lengths))
             self._cv.notify_all()
+        if self.on_result is not None:
+            self.on_result(stream.actor_id, task)
 
     def _hello(self, raw: bytes):
         header, _ = protocol.decode(raw, self.max_message_bytes)
