@@ -15,7 +15,8 @@ of block ``b`` is the ``T = actors.steps_per_task`` steps ``k*T ..`` of actor
                                                         builder.exploration(agent, b * block_rows, a))
     server: a step of task k waits for its grant; actions ~ default_rng([seed, a, k, 1]);
             the task's last row completes -> RolloutResult (rows and ids as a local actor's)
-    driver: every task of block b done -> shard s{b} (actor-major) -> commit, learn, ... (unchanged)
+    driver: block b's last task done -> shard s{b} (actor-major), on a writer thread
+            -> commit, learn, version, evaluation, stop rule, checkpoint: the driver's code, unchanged
 
 So the versions, exploration and action RNG of every step are the plan's,
 and the server's batching cannot change a row (LiteRT rows do not depend on
@@ -24,7 +25,11 @@ seed give bit-identical parameters and replay, with the local or the Dask
 executor. The grants replace the old step budget: actors run at most
 ``actors.policy_lag`` blocks ahead of the learner, as on Dask. Nothing is
 broadcast to actors (:class:`_ServerStage`); evaluations run on a thread
-beside the server (:class:`_BesideTheServer`), since actors hold the workers.
+beside the server (:class:`_BesideTheServer`), since actors hold the workers
+(on Dask one task per worker runs that worker's actors in one event loop).
+An actor lost mid-run is started again; it reconnects and plays its
+unfinished task again from envs seeded for that task, with new episode ids
+(complete and consistent, but not bit-identical to an undisturbed run).
 
 Addresses (:mod:`core.inference.endpoint`): a unix-domain socket in a private
 0700 directory for the local executor, TCP on ``127.0.0.1`` (an ephemeral
@@ -91,7 +96,18 @@ def _actor_process(endpoint, spec) -> None:
     run_env_actor_task(endpoint, spec)
 
 
-class _TaskFuture:
+class _PlannedFuture:
+    """What the driver asks of a future besides ``done``/``result``: never cancelled (a lost actor
+    is started again and replays its task, see ``CentralTrainer._watch``)."""
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> None:
+        pass
+
+
+class _TaskFuture(_PlannedFuture):
     """Rollout task ``(actor, task)`` played through the server: the driver's rollout future."""
 
     def __init__(self, server, actor: int, task: int):
@@ -106,14 +122,8 @@ class _TaskFuture:
             self._result = self.server.result(self.actor, self.task)
         return self._result
 
-    def cancelled(self) -> bool:
-        return False        # a lost actor reconnects and plays its task again (core.inference.server)
 
-    def cancel(self) -> None:
-        pass
-
-
-class _ShardWrite:
+class _ShardWrite(_PlannedFuture):
     """Block ``block``'s shard write, started on the writer thread once its last task is done.
 
     The server tells the trainer when a task finishes (``on_result``), so the
@@ -143,12 +153,6 @@ class _ShardWrite:
     def result(self) -> Dict[str, Any]:
         self.start_if_ready()
         return self._future.result()
-
-    def cancelled(self) -> bool:
-        return False
-
-    def cancel(self) -> None:
-        pass
 
 
 class _BesideTheServer:
