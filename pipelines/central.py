@@ -1,23 +1,35 @@
-"""Central (SEED) mode training: ``inference: central``.
+"""Central (SEED) mode training, ``inference: central``: the driver's plan with a server doing the inference.
 
-The learner process hosts an :class:`core.inference.server.InferenceServer`;
-env-only actors (:func:`core.inference.client.run_env_actor_task`) run as
-long-lived tasks (local: spawned processes; Dask: one task per actor, pinned to
-a worker) and stream observations to it. Nothing is broadcast to actors: a
-new policy version is swapped into the server's LiteRT interpreter. The loop::
+The run is the same :class:`~pipelines.plan.TrainingPlan` the driver
+(:class:`pipelines.driver.Trainer`) runs: the same blocks, tasks, versions,
+shards, commits, learner calls, evaluations, stop rule and checkpoints, by
+the same code. Only *who runs a rollout task* differs. The learner process
+hosts an :class:`core.inference.server.InferenceServer` (scheduled); env-only
+actors (:func:`core.inference.client.run_env_actor_task`) run as long-lived
+tasks (local: spawned processes; Dask: one task per actor, pinned to a
+worker) and stream observations to it. A rollout task ``(actor a, task k)``
+of block ``b`` is the ``T = actors.steps_per_task`` steps ``k*T ..`` of actor
+``a``'s stream::
 
-    while env_steps < total and not solved:
-        server.drain()                    -> unrolls (TrajectoryBatch [T, E]) built server-side
-        enough rows                       -> ReplayStore.write_shard + commit (the commit log)
-        learner behind replay_ratio       -> learn_stage(steps_per_call)
-        server.set_step_budget(...)       -> actors wait when they run ahead of the learner
-        every broadcast_period steps      -> quantize (async) -> server.set_policy
-        every eval.every_env_steps        -> evaluation (background thread), keep the best version
-        every checkpoint.every_steps      -> async checkpoint
+    driver: block b's version published -> server.grant(a, k, payload of policy_block(b),
+                                                        builder.exploration(agent, b * block_rows, a))
+    server: a step of task k waits for its grant; actions ~ default_rng([seed, a, k, 1]);
+            the task's last row completes -> RolloutResult (rows and ids as a local actor's)
+    driver: block b's last task done -> shard s{b} (actor-major), on a writer thread
+            -> commit, learn, version, evaluation, stop rule, checkpoint: the driver's code, unchanged
 
-Everything else (setup, versions, evaluation bookkeeping, checkpoints, the
-final fp32/int8 evaluation and summary) is the driver's
-(:class:`pipelines.driver.Trainer`), reused unchanged.
+So the versions, exploration and action RNG of every step are the plan's,
+and the server's batching cannot change a row (LiteRT rows do not depend on
+the batch they run in; ``tests/test_central_plan.py`` checks it): a config and
+seed give bit-identical parameters and replay, with the local or the Dask
+executor. The grants replace the old step budget: actors run at most
+``actors.policy_lag`` blocks ahead of the learner, as on Dask. Nothing is
+broadcast to actors (:class:`_ServerStage`); evaluations run on a thread
+beside the server (:class:`_BesideTheServer`), since actors hold the workers
+(on Dask one task per worker runs that worker's actors in one event loop).
+An actor lost mid-run is started again; it reconnects and plays its
+unfinished task again from envs seeded for that task, with new episode ids
+(complete and consistent, but not bit-identical to an undisturbed run).
 
 Addresses (:mod:`core.inference.endpoint`): a unix-domain socket in a private
 0700 directory for the local executor, TCP on ``127.0.0.1`` (an ephemeral
@@ -31,16 +43,12 @@ certificate to trust.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
-import time
-from collections import deque
-from typing import Any, Dict, List
+import threading
+from typing import Any, Dict, List, Optional
 
-import numpy as np
-
-from core.evaluation import run_evaluation_task
 from pipelines import stages
 from pipelines.driver import Trainer
+from pipelines.learner_stage import InProcessStage, LearnerStage
 
 
 def server_listen_plan(cfg):
@@ -88,198 +96,233 @@ def _actor_process(endpoint, spec) -> None:
     run_env_actor_task(endpoint, spec)
 
 
-class CentralTrainer(Trainer):
-    """One SEED-mode training run; ``run()`` returns the same summary as :class:`Trainer`."""
+class _PlannedFuture:
+    """What the driver asks of a future besides ``done``/``result``: never cancelled (a lost actor
+    is started again and replays its task, see ``CentralTrainer._watch``)."""
 
-    def _setup(self) -> None:
-        super()._setup()
-        torso = getattr(self.cfg.agent, "torso", "mlp")
-        if isinstance(torso, str) and torso != "mlp":    # r2d2's torso is a list of Dense widths
-            # Flatbuffer weight patching handles Dense-only policies; conv torsos are converted each version.
-            from core.quantize import AsyncQuantizer, PolicyQuantizer
-            self.quantizer = PolicyQuantizer(self.cfg.actors.precision, patch=False)
-            if self.async_quantizer is not None:
-                self.async_quantizer.close()
-                self.async_quantizer = AsyncQuantizer(self.learner.policy_model, self.cfg.actors.precision,
-                                                      patch=False)
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> None:
+        pass
+
+
+class _TaskFuture(_PlannedFuture):
+    """Rollout task ``(actor, task)`` played through the server: the driver's rollout future."""
+
+    def __init__(self, server, actor: int, task: int):
+        self.server, self.actor, self.task = server, actor, task
+        self._result = None
+
+    def done(self) -> bool:
+        return self._result is not None or self.server.has_result(self.actor, self.task)
+
+    def result(self):
+        if self._result is None:
+            self._result = self.server.result(self.actor, self.task)
+        return self._result
+
+
+class _ShardWrite(_PlannedFuture):
+    """Block ``block``'s shard write, started on the writer thread once its last task is done.
+
+    The server tells the trainer when a task finishes (``on_result``), so the
+    shard is written while the driver trains the block before; the
+    trajectories are in this process already (the server's).
+    """
+
+    def __init__(self, store_url: str, block: int, tasks: List[_TaskFuture], writer_options: Dict[str, Any],
+                 writer: concurrent.futures.ThreadPoolExecutor):
+        self.args = (store_url, stages.shard_id_for(block), tasks, writer_options)
+        self.writer = writer
+        self._future: Optional[concurrent.futures.Future] = None
+        self._lock = threading.Lock()
+
+    def start_if_ready(self) -> bool:
+        """Submit the write once every task is done (any thread); True once submitted."""
+        with self._lock:
+            if self._future is None and all(t.done() for t in self.args[2]):
+                store_url, shard_id, tasks, options = self.args
+                self._future = self.writer.submit(stages.write_shard_stage, store_url, shard_id,
+                                                  [t.result() for t in tasks], options)
+            return self._future is not None
+
+    def done(self) -> bool:
+        return self.start_if_ready() and self._future.done()
+
+    def result(self) -> Dict[str, Any]:
+        self.start_if_ready()
+        return self._future.result()
+
+
+class _BesideTheServer:
+    """The executor as the driver sees it in central mode: its tasks (evaluations) run on a thread here.
+
+    Actor tasks hold the workers for the whole run, so an evaluation submitted
+    to them would wait for the run's end; ``wait`` also wakes when the server
+    finishes a task. Everything else goes to the cluster's executor.
+    """
+
+    def __init__(self, executor, server_of):
+        self.cluster, self._server_of = executor, server_of
+        self.threads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="central-eval")
+        self.writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="central-write")
+
+    def __getattr__(self, name: str):
+        return getattr(self.cluster, name)
+
+    def submit(self, fn, *args, key: Optional[str] = None, actor: Optional[int] = None, **kwargs):
+        return self.threads.submit(fn, *args, **kwargs)
+
+    def wait(self, futures, timeout: Optional[float] = None) -> List[Any]:
+        server = self._server_of()
+        writes = [f._future for f in futures if isinstance(f, _ShardWrite) and f._future is not None]
+        if writes:
+            concurrent.futures.wait(writes, timeout=timeout)
+        elif server is not None and any(isinstance(f, _ShardWrite) for f in futures):
+            server.wait_for_results(timeout or 0.0)
+        else:
+            concurrent.futures.wait([f for f in futures if isinstance(f, concurrent.futures.Future)],
+                                    timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED)
+        return [f for f in futures if f.done()]
+
+
+class _ServerStage(InProcessStage):
+    """The in-process learner stage; a published version goes to the server's grants, not to actors."""
+
+    def publish(self, version: int, key: Optional[str] = None) -> Any:
+        return self.obj.payload(version)
+
+
+#: Times an env actor (a group of them, on Dask) is started again after it ended before the run did.
+MAX_ACTOR_RESTARTS = 3
+
+
+class CentralTrainer(Trainer):
+    """One SEED-mode training run on the driver's plan; ``run()`` returns the same summary as :class:`Trainer`."""
+
+    server = None
+
+    def __init__(self, cfg, run_dir: str, executor, progress: bool = True, resume: bool = False):
+        super().__init__(cfg, run_dir, _BesideTheServer(executor, lambda: self.server), progress, resume)
+        self.actors: List[Any] = []
+        self.write_of: Dict[Any, _ShardWrite] = {}       # (actor, task) -> its block's write
+
+    def _place_learner(self):
+        """In this process, beside the server (``learner.resources`` is refused for central mode)."""
+        return _ServerStage(LearnerStage(self.cfg, self.run_dir, dask_client=getattr(self.executor, "client", None)),
+                            self.executor)
+
+    def run(self) -> Dict[str, Any]:
+        self.listen = server_listen_plan(self.cfg)
+        try:
+            return super().run()
+        finally:
+            self._stop_serving()
+            self.listen.cleanup()          # the private socket directory goes with the run
 
     def _publish(self, payload) -> None:
         super()._publish(payload)
-        server = getattr(self, "server", None)
-        if server is not None:
-            server.set_policy(payload)
+        if self.server is None:            # the first version: serve it, then start the actors
+            self.server = self._start_server(payload)
+            self.actors = self._start_actors()
 
-    def _exploration(self):
-        """Each actor's selector parameters at the current env step (R2D2: its rung of the ladder)."""
-        return functools.partial(self.builder.exploration, self.cfg.agent, self.loop.env_steps)
-
-    def _start_actors(self) -> List[Any]:
-        from core.inference.client import run_env_actor_task
-        if self.cfg.executor == "local":
-            return [_ProcessFuture(_actor_process, (self.endpoint, spec)) for spec in self.actor_specs]
-        return [self.executor.submit(run_env_actor_task, self.endpoint, spec,
-                                     key=f"env-actor-{self.run_id}-a{spec.actor_id}", actor=spec.actor_id)
-                for spec in self.actor_specs]
-
-    def run(self) -> Dict[str, Any]:
-        self._setup()
-        self._new_version(blocking=True)
-        plan = server_listen_plan(self.cfg)
-        try:
-            try:
-                self.server = self._start_server(plan)
-            except BaseException:
-                self._shutdown()    # checkpointer, quantizer threads and the metrics log
-                raise
-            return self._serve()
-        finally:
-            plan.cleanup()          # the private socket directory goes with the run
-
-    def _start_server(self, plan):
-        """The inference server on ``plan.bind``; actors get ``self.endpoint`` (address, token, TLS root)."""
+    def _start_server(self, payload):
+        """The inference server on the listen plan; actors get ``self.endpoint`` (address, token, TLS root)."""
+        from core.config import ConfigError
         from core.inference.endpoint import new_token
         from core.inference.server import InferenceServer
         cfg = self.cfg
         server = InferenceServer(
-            plan.bind, self.payload, self.spec, unroll_length=cfg.actors.steps_per_task,
-            selector=self.builder.action_selector, explore=self._exploration(),
-            max_batch_size=max(cfg.env.num_envs * cfg.actors.num_actors, 1), max_wait_s=0.002,
-            frame_stack=getattr(cfg.agent, "frame_stack", 1), litert_threads=cfg.threads.litert,
-            first_connection=self.loop.shard_seq << 8, seed=cfg.seed, token=new_token(),
-            tls=server_tls(cfg))
+            self.listen.bind, payload, self.spec, unroll_length=cfg.actors.steps_per_task,
+            selector=self.builder.action_selector, max_batch_size=max(cfg.env.num_envs * cfg.actors.num_actors, 1),
+            max_wait_s=0.002, frame_stack=getattr(cfg.agent, "frame_stack", 1), litert_threads=cfg.threads.litert,
+            seed=cfg.seed, token=new_token(), tls=server_tls(cfg), scheduled=True,
+            first_task=self.actor_specs[0].first_task, max_versions=cfg.actors.policy_lag + 2)
         try:
             server.start()
         except OSError as e:   # e.g. inference_server.bind_host names no interface of this host
-            from core.config import ConfigError
             raise ConfigError(f"{e}; valid: inference_server.bind_host = an address of this host, "
                               f"or null for the default") from None
-        self.endpoint = server.endpoint(plan.dial_address(server.port))
+        self.endpoint = server.endpoint(self.listen.dial_address(server.port))
+        server.on_result = self._task_done
         return server
 
-    def _serve(self) -> Dict[str, Any]:
-        evaluator = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="central-eval")
-        start = time.time()
-        actors = self._start_actors()
-        try:
-            return self._loop(start, evaluator)
-        finally:
+    def _start_actors(self) -> List[Any]:
+        """Local: a process per actor. Dask: one task per worker with its actors (actor ``a`` on worker ``a % W``)."""
+        n = len(self.actor_specs) if self.cfg.executor == "local" else len(self.executor.cluster.workers())
+        self.actor_groups = max(1, min(n, len(self.actor_specs)))
+        self.restarts = [0] * self.actor_groups
+        return [self._start_group(g) for g in range(self.actor_groups)]
+
+    def _start_group(self, g: int):
+        from core.inference.client import run_env_actors_task
+        specs = self.actor_specs[g::self.actor_groups]
+        if self.cfg.executor == "local":
+            return _ProcessFuture(_actor_process, (self.endpoint, specs[0]))
+        return self.executor.cluster.submit(run_env_actors_task, self.endpoint, specs, actor=g,
+                                            key=f"env-actors-{self.run_id}-g{g}-r{self.restarts[g]}")
+
+    def _watch(self, f, progressed: bool) -> None:
+        """Start again an actor lost mid-run (it replays its unfinished task: core.inference.server)."""
+        for g, fut in enumerate(self.actors):
+            if fut.done():
+                if self.restarts[g] >= MAX_ACTOR_RESTARTS:
+                    fut.result()     # its error, if it raised one
+                    raise RuntimeError(f"env actor group {g} ended {self.restarts[g] + 1} times before the run's "
+                                       f"end (last exit: {fut.result()}); valid: actors that keep running")
+                self.restarts[g] += 1
+                ids = [spec.actor_id for spec in self.actor_specs[g::self.actor_groups]]
+                self.log.write("task_lost", step=self.loop.env_steps, task=f"env actors {ids}")
+                self.actors[g] = self._start_group(g)
+        super()._watch(f, progressed)
+
+    def _stop_serving(self) -> None:
+        """Tell the actors the run is over, wait for them (never leave one retrying), stop the server."""
+        if self.server is not None:
             self.server.request_stop()
-            for fut in actors:
-                try:
-                    fut.result(timeout=10)
-                except Exception:  # an actor lost with its worker does not fail the finished run
-                    pass
-                if not fut.done():  # never leave an actor behind to retry a server that is going away
-                    fut.cancel()
+        for fut in self.actors:
+            try:
+                fut.result(timeout=10)
+            except Exception:  # an actor lost with its worker does not fail the finished run
+                pass
+            if not fut.done():
+                fut.cancel()
+        if self.server is not None:
             self.server.stop()
-            evaluator.shutdown(wait=True)
+        self.executor.threads.shutdown(wait=True)
+        self.executor.writer.shutdown(wait=True)
 
-    def _loop(self, start: float, evaluator) -> Dict[str, Any]:
-        cfg = self.cfg
-        pending: List[Any] = []
-        pending_rows = 0
-        committed = 0
-        evals: List[Any] = []
-        recent_returns: deque = deque(maxlen=20)
-        next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
-        last_ckpt_step = last_broadcast_step = self.learner.steps
-        slack = cfg.env.num_envs * cfg.actors.steps_per_task * cfg.actors.num_actors
-        # Actors may run this far ahead of learner_steps / replay_ratio. Committed rows trail the
-        # allowed env steps by at most one unfinished unroll per actor (slack) plus one unflushed
-        # shard, so allowing min_size on top of both means the learner always gets its next rows.
-        head = slack + self._flush_rows() + cfg.replay.min_size
-        stop = False
-        bar = self._progress_bar()
-        t_log = time.time()
-        while True:
-            busy = False
-            # 1. unrolls assembled by the server.
-            for batch in self.server.drain():
-                pending.append(batch)
-                pending_rows += batch.size
-                self.loop.env_steps += batch.size
-                if bar is not None:
-                    bar.update(batch.size)
-            for ret, _ in self.server.pop_episodes():
-                recent_returns.append(ret)
-                self.loop.episodes += 1
-            ending = stop or self.loop.env_steps >= cfg.total_env_steps
-            # 2. shard + commit (the commit log makes them visible to the learner).
-            if pending and (pending_rows >= self._flush_rows() or ending):
-                shard_id = stages.shard_id_for(self.loop.shard_seq)
-                self.loop.shard_seq += 1
-                info = stages.write_shard_stage(self.store_url, shard_id, [_Result(b) for b in pending],
-                                                cfg.replay.writer_options())
-                version = stages.commit_stage(self.store, [shard_id], meta={"policy_version": self.loop.policy_version})
-                self.cache.refresh()
-                committed += info["rows"]
-                self.log.write("commit", step=self.loop.env_steps, log_version=version, shards=1,
-                               rows=info["rows"], bytes=info["nbytes"])
-                pending, pending_rows, busy = [], 0, True
-            # 3. learn while behind the replay ratio; throttle actors that run ahead.
-            if self.cache.size >= cfg.replay.min_size:
-                budget = int(cfg.learner.replay_ratio * committed) - self.learner.steps
-                if budget > 0:
-                    n = min(budget, cfg.learner.steps_per_call)
-                    m = stages.learn_stage(self.learner, self.sampler, n, cfg.agent.batch_size, self.rng)
-                    busy = True
-                    if self.learner.steps % 100 < n:
-                        self.log.write("learner", step=self.learner.steps, loss=m["loss"], q_mean=m["q_mean"])
-            # Always bounded, also before the first learner step: a slow first step (R2D2 traces a
-            # 40-step unroll for seconds) must not let actors run through the whole budget meanwhile.
-            self.server.set_step_budget(int(self.learner.steps / cfg.learner.replay_ratio) + head)
-            # 4. policy versions go to the server, not to actors; so do exploration parameters.
-            self.server.explore = self._exploration()
-            self._poll_async_version()
-            if self.learner.steps - last_broadcast_step >= cfg.actors.broadcast_period:
-                last_broadcast_step = self.learner.steps
-                self._new_version(blocking=False)
-            # 5. evaluation in a background thread (actor tasks occupy the workers).
-            if self.loop.env_steps >= next_eval and self.learner.steps > 0:
-                next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
-                self.n_evals += 1
-                evals.append(evaluator.submit(
-                    run_evaluation_task, self.payload, cfg.env.id, cfg.eval.episodes,
-                    cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
-                    self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
-                    frame_stack=getattr(cfg.agent, "frame_stack", 1)))
-            for fut in [f for f in evals if f.done()]:
-                evals.remove(fut)
-                stop |= self._on_evaluation(fut.result(), start)
-            # 6. checkpoints and progress.
-            if self.learner.steps - last_ckpt_step >= cfg.checkpoint.every_steps:
-                last_ckpt_step = self.learner.steps
-                self._checkpoint()
-            if bar is not None and time.time() - t_log > 0.5:
-                t_log = time.time()
-                s = self.server.stats()
-                bar.set_postfix({"learn": self.learner.steps, "v": self.loop.policy_version,
-                                 "ret": f"{np.mean(recent_returns):.0f}" if recent_returns else "-",
-                                 "fill": f"{s['mean_fill']:.2f}", "p50ms": f"{s['latency_ms_p50']:.2f}"},
-                                refresh=False)
-            if ending and not pending:
-                self.server.request_stop()
-                for fut in evals:
-                    self._on_evaluation(fut.result(), start)
-                break
-            if not busy:
-                time.sleep(0.002)
-        if bar is not None:
-            bar.close()
+    # -- the plan's rollout tasks, played by the server -------------------------------------------
+    def _submit_rollout(self, f, a: int, k: int, block: int, retry: int = 0):
+        # Exploration follows the plan's env steps (block start), as for a local rollout task.
+        explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
+        self.server.grant(a, k, f.block_ref[block][0], explore)
+        self.loop.next_task[a] = k + 1
+        return _TaskFuture(self.server, a, k)
+
+    def _submit_write(self, block: int, rollouts: List[Any], retry: int = 0):
+        write = _ShardWrite(self.store_url, block, rollouts, self.cfg.replay.writer_options(), self.executor.writer)
+        self.write_of.update({(t.actor, t.task): write for t in rollouts})
+        write.start_if_ready()
+        return write
+
+    def _task_done(self, actor: int, task: int) -> None:
+        """The server finished a task (its stream thread): start its block's write if it was the last."""
+        write = self.write_of.pop((actor, task), None)
+        if write is not None:
+            write.start_if_ready()
+
+    # -- end of run -------------------------------------------------------------------------------
+    def _close(self, f) -> Dict[str, Any]:
+        self.server.request_stop()          # actors waiting for grants past a planned stop end now
         self.log.write("inference", step=self.loop.env_steps, **self.server.stats())
-        self._checkpoint()
-        self.ckpt.wait()
-        summary = self._finish(start, [])     # evaluations stack frames themselves (core.evaluation)
+        return super()._close(f)
+
+    def _finish(self, start: float, lags) -> Dict[str, Any]:
+        summary = super()._finish(start, lags)
         summary["inference"] = self.server.stats()
-        self._shutdown()
         return summary
-
-
-class _Result:
-    """Adapts a TrajectoryBatch to the rollout-result shape ``write_shard_stage`` takes."""
-
-    def __init__(self, batch):
-        self.batch = batch
 
 
 def train_central(cfg, run_dir: str, progress: bool = True, resume: bool = False) -> Dict[str, Any]:

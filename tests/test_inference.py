@@ -409,9 +409,12 @@ def test_actor_survives_a_server_restart_with_fresh_episodes(payload, spec):
     batches = second.drain()
     second.stop()
     assert out[0]["env_steps"] == 12000 and out[0]["reconnects"] >= 1, out[0]
-    # the new connection starts fresh episodes (step 0) with ids of connection >= 1000
+    # the new connection starts fresh episodes (step 0) whose stream ids carry incarnation >= 1000
+    # (bits 21.. of the stream, core.inference.unrolls), so they never reuse the first server's ids
     assert (batches[0].step[0] == 0).all()
-    assert ((batches[0].episode_id[0] & 0xFFFFFFFF) >> 20 >= 1000).all()
+    assert (((batches[0].episode_id[0] >> 32) >> 21) >= 1000).all()
+    before = {int(i) for b in first.drain() for i in np.unique(b.episode_id)}
+    assert before and not before & {int(i) for b in batches for i in np.unique(b.episode_id)}
 
 
 def test_unreachable_address_fails_after_backoff_with_one_line_error():
@@ -685,12 +688,13 @@ def test_tls_config_errors_are_one_line(tmp_path):
 def test_vtrace_learns_cartpole_with_central_inference(tmp_path):
     """Learning regression (SEED mode): env-only actor processes + batched int8 inference, >= 300.
 
-    Central runs are timing-dependent (not on the deterministic plan). Best
-    evaluation within 200k env steps, shipped config (lr 5e-4), learning-suite
-    central sweeps of 2026-12-01, seeds 0-4 twice: 497, 478, 348, 500, 500 and
-    497, 500, 500, 493, 487 (every seed of the second sweep reached 475 by 76k).
+    Central runs follow the training plan (tests/test_central_plan.py), so a
+    seed gives one run. Before that (timing-dependent runs), best evaluation
+    within 200k env steps, shipped config (lr 5e-4), learning-suite central
+    sweeps of 2026-12-01, seeds 0-4 twice: 497, 478, 348, 500, 500 and 497,
+    500, 500, 493, 487 (every seed of the second sweep reached 475 by 76k).
     The test runs seed 0 and stops at the first evaluation >= 300 confirmed on
-    20 episodes (17 s here).
+    20 episodes.
     """
     from core.config import load_config
     from pipelines.train import train
@@ -703,11 +707,12 @@ def test_vtrace_learns_cartpole_with_central_inference(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_step_budget_never_starves_the_learner(tmp_path):
-    """min_size above one shard of rows plus unfinished unrolls: the actors' budget still lets replay fill.
+def test_min_size_above_a_round_of_tasks_never_starves_the_learner(tmp_path):
+    """min_size above one round of tasks: the plan's blocks still fill replay before the learner starts.
 
-    2 actors x 4 envs x 20-step unrolls (160 rows in flight), shards of 512 rows,
-    min_size 600: a budget of min_size + in-flight rows stalls with 560 committed rows.
+    2 actors x 4 envs x 20-step unrolls (160 rows a round), blocks of 4 rounds (640 rows),
+    min_size 600. (The step budget that central mode used before the plan stalled here
+    with 560 committed rows; the plan's grants replaced it.)
     """
     from core.config import load_config
     from pipelines.train import train

@@ -311,10 +311,11 @@ def test_r2d2_learns_pomdp_cartpole_with_central_inference(tmp_path):
     """Learning regression (SEED mode): env-only actor processes, server-side LSTM state, int8 batched steps.
 
     Stops at the first evaluation >= 200 confirmed on 20 fresh episodes (a
-    feed-forward agent stays below 50 here). Central runs are not
-    deterministic; measured on the 2-core machine: seed 0 at 56k and 90k env
-    steps, seed 1 at 60-70k (about 1-2 minutes); seed 2 stayed below 200 in
-    100k steps, as it does with local inference, so the test keeps seed 0.
+    feed-forward agent stays below 50 here). Before central mode ran the plan
+    (timing-dependent runs), seed 0 reached 200 at 56k and 90k env steps, seed 1
+    at 60-70k; seed 2 stayed below 200 in 100k steps, as with local inference,
+    so the test keeps seed 0. Central runs are now deterministic (the local
+    run, test_r2d2_central_run_is_the_local_run).
     """
     from core.config import load_config
     from pipelines.train import train
@@ -322,9 +323,9 @@ def test_r2d2_learns_pomdp_cartpole_with_central_inference(tmp_path):
                       ["executor=local", "inference=central", "total_env_steps=120000", "eval.target_return=200",
                        "eval.confirm_episodes=20"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
-    # 100, not 200: central mode is not on the deterministic plan yet, so seed 0 varies with timing;
-    # one CI run of five peaked at 138 (2026-12-01). Feed-forward DQN peaks at 45 on these observations,
-    # so 100 still shows the recurrent state learned through the server.
+    # 100, not 200: set when central runs varied with timing (one CI run of five peaked at 138,
+    # 2026-12-01). Feed-forward DQN peaks at 45 on these observations, so 100 still shows the
+    # recurrent state learned through the server.
     assert summary["best_eval_return"] >= 100, {k: summary.get(k) for k in ("best_eval_return", "env_steps")}
     s = summary["inference"]
     assert s["batches"] > 0 and s["rejected"] == 0 and s["connections"] == cfg.actors.num_actors
@@ -453,9 +454,11 @@ def test_reconnect_drops_stale_recurrent_state_and_starts_fresh_episodes():
     finally:
         server.stop()
         plan.cleanup()
-    assert batch.task_id.startswith(f"c{second.connection:06d}")
+    # The second connection played task 0 again from its start (the first one's 5 rows were dropped),
+    # as incarnation 1: fresh episode ids (stream bits 21..), zeroed recurrent state.
+    assert batch.task_id == "a0007-t0000000" and (first.incarnation, second.incarnation) == (0, 1)
     assert (batch.step[0] == 0).all() and not batch.extras["lstm_h"][0].any() and not batch.extras["lstm_c"][0].any()
-    assert (((batch.episode_id & 0xFFFFFFFF) >> 20) == second.connection).all()      # fresh episode ids
+    assert (((batch.episode_id >> 32) >> 21) == second.incarnation).all()           # fresh episode ids
     assert np.abs(batch.extras["lstm_h"][1:]).max() > 1e-3
 
 
@@ -493,3 +496,27 @@ def test_local_and_central_unrolls_feed_one_sampler(tmp_path):
     m = learner.step(batch)
     assert np.isfinite(m["loss"]) and m["td_abs"].shape == (256,)
     sampler.update_priorities(batch["index"], m["td_abs"])
+
+
+@pytest.mark.timeout(300)
+def test_r2d2_central_run_is_the_local_run(tmp_path):
+    """SEED mode on the plan: the server's LSTM state, batching and sequences give the local actors' run.
+
+    The server keeps (h, c) per env, zeroes it at episode starts and stores the state each step started
+    from, as local actors do, and plays each planned task with its version, epsilon and RNG: parameters
+    and replay (sequences with their stored state) are bit-identical. 2,048 env steps (about 30 s).
+    """
+    from core.config import load_config
+    from pipelines.train import train
+    from test_determinism import _assert_same_run, _replay
+    runs = []
+    for inference in ("central", "local"):
+        cfg = load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"),
+                          ["executor=local", f"inference={inference}", "total_env_steps=2048", "replay.min_size=1024",
+                           "eval.every_env_steps=1024", "eval.episodes=5", "eval.confirm_episodes=0"])
+        run_dir = str(tmp_path / inference)
+        runs.append((train(cfg, run_dir, progress=False), run_dir))
+    assert runs[0][0]["learner_steps"] == 61 and runs[0][0]["inference"]["connections"] == 4
+    (_, shard), *_ = _replay(runs[0][1])
+    assert np.abs(shard["extras/lstm_h"]).max() > 1e-3                 # a state that actually carries
+    _assert_same_run(runs[0], runs[1], "r2d2 central vs local")

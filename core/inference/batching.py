@@ -6,6 +6,9 @@ partial batch never waits forever (it also closes early once it holds one
 request per connected client, if ``expected_requests`` says how many) (the
 original SEED batcher had no timeout and stalled with fewer actors than its
 batch size). A request larger than ``max_batch_size`` runs as its own batch.
+Requests carry a *key* (the server's: the policy version of the request's
+task); a batch runs one call per key, so rows of two versions can share a
+batch's wait but never a policy call.
 
 **The wait is tuned to the measured arrival rate** (``adaptive=True``; the
 server's ``adaptive_wait``). Merging the next request into an open batch
@@ -49,7 +52,7 @@ import concurrent.futures
 import queue
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -92,7 +95,7 @@ class DynamicBatcher:
         self.gap_s: Optional[float] = None         # mean time between consecutive requests (adaptive)
         self.call_s: Optional[float] = None        # mean policy call
         self._last_arrival: Optional[float] = None
-        self._queue: "queue.Queue[Tuple[np.ndarray, concurrent.futures.Future, float]]" = queue.Queue()
+        self._queue: "queue.Queue[Tuple[np.ndarray, concurrent.futures.Future, float, Any]]" = queue.Queue()
         self._closed = threading.Event()
         self._carry = None
         self.batches = 0
@@ -109,8 +112,12 @@ class DynamicBatcher:
         self._thread = threading.Thread(target=self._loop, name="inference-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, rows: np.ndarray) -> concurrent.futures.Future:
-        """Queue ``rows`` ``[n, ...]``; the future resolves to ``fn``'s output rows for them."""
+    def submit(self, rows: np.ndarray, key: Any = None) -> concurrent.futures.Future:
+        """Queue ``rows`` ``[n, ...]``; the future resolves to ``fn``'s output rows for them.
+
+        ``key``: rows of one batch with different keys run in separate calls ``fn(rows, key)``
+        (the server's key is the policy version a task acts with); None calls ``fn(rows)``.
+        """
         fut: concurrent.futures.Future = concurrent.futures.Future()
         if self._closed.is_set():
             fut.set_exception(RuntimeError("the batcher is closed"))
@@ -123,18 +130,18 @@ class DynamicBatcher:
                 and self._run_lock.acquire(blocking=False)):
             try:                          # caller runs (module docstring)
                 self.inline += 1
-                self._run([(rows, fut, now)], timed_out=False)
+                self._run([(rows, fut, now, key)], timed_out=False)
             finally:
                 self._run_lock.release()
             return fut
-        self._queue.put((rows, fut, now))
+        self._queue.put((rows, fut, now, key))
         return fut
 
     def wait_s(self) -> float:
         """The wait of the next batch (``max_wait_s``, or :func:`adaptive_wait` of the measured rates)."""
         return adaptive_wait(self.gap_s, self.call_s, self.max_wait_s) if self.adaptive else self.max_wait_s
 
-    def _collect(self) -> Tuple[List[Tuple[np.ndarray, concurrent.futures.Future, float]], bool]:
+    def _collect(self) -> Tuple[List[Tuple[np.ndarray, concurrent.futures.Future, float, Any]], bool]:
         """Block for the first request, then gather more until full or the deadline passes."""
         first = self._carry
         self._carry = None
@@ -169,30 +176,37 @@ class DynamicBatcher:
                 self._run(items, timed_out)
 
     def _run(self, items, timed_out: bool) -> None:
-        """One policy call for ``items`` (the caller holds the run lock); resolves their futures."""
-        rows = [it[0] for it in items]
+        """Policy calls for ``items``, one per key (the caller holds the run lock); resolves their futures."""
+        groups: Dict[Any, List[int]] = {}
+        for i, item in enumerate(items):
+            groups.setdefault(item[3], []).append(i)
         started, cpu0 = time.perf_counter(), time.thread_time()
-        try:
-            out = self.fn(rows[0] if len(rows) == 1 else np.concatenate(rows))
-        except Exception as e:  # a policy failure fails these requests, not the server
-            for _, fut, _ in items:
-                fut.set_exception(e)
-            return
+        for key, idx in groups.items():
+            rows = [items[i][0] for i in idx]
+            x = rows[0] if len(rows) == 1 else np.concatenate(rows)
+            try:
+                out = self.fn(x) if key is None else self.fn(x, key)
+            except Exception as e:  # a policy failure fails these requests, not the server
+                for i in idx:
+                    items[i][1].set_exception(e)
+                continue
+            start = 0
+            for i in idx:
+                n = len(items[i][0])
+                items[i][1].set_result(out[start:start + n])
+                start += n
         done = time.perf_counter()
         self.call_s = _ewma(self.call_s, done - started)
         self.infer_cpu_s += time.thread_time() - cpu0
-        start = 0
-        for r, fut, t0 in items:
-            fut.set_result(out[start:start + len(r)])
-            start += len(r)
-            self._latency.append(done - t0)
-        self.queued_s += sum(started - t0 for _, _, t0 in items)
+        n = sum(len(it[0]) for it in items)
+        self._latency.extend(done - it[2] for it in items)
+        self.queued_s += sum(started - it[2] for it in items)
         self.infer_s += done - started
         self.batches += 1
         self.requests += len(items)
-        self.rows += start
+        self.rows += n
         self.timeouts += int(timed_out)
-        self._fill.append(min(1.0, start / self.max_batch_size))
+        self._fill.append(min(1.0, n / self.max_batch_size))
 
     def stats(self) -> Dict[str, float]:
         """Batches, rows, mean batch fill, request latency percentiles (ms), mean queueing and policy time."""
@@ -213,7 +227,7 @@ class DynamicBatcher:
         self._thread.join(timeout=5)
         while True:   # fail whatever is still queued
             try:
-                _, fut, _ = self._queue.get_nowait()
+                _, fut, _, _ = self._queue.get_nowait()
             except queue.Empty:
                 break
             if not fut.done():

@@ -7,9 +7,11 @@ process or thread, or a Dask task) never runs a policy. Per step it sends its
 Faults:
 
 * **reconnect = fresh env state** (SEED's run_id): every (re)connection
-  rebuilds and reseeds the envs and starts new episodes, so the server never
-  has to splice a half-seen episode (and a recurrent policy's state starts
-  from zero: the server drops the old connection's);
+  rebuilds the envs, seeded from ``(seed, actor, task)`` for the task the
+  server's ``welcome`` names (the actor's next unfinished rollout task, as a
+  rebuilt local actor in :mod:`core.rollout`), and starts new episodes, so the
+  server never has to splice a half-seen episode (and a recurrent policy's
+  state starts from zero: the server drops the old connection's);
 * **server restart**: a broken stream (UNAVAILABLE, CANCELLED, ...) is
   retried with exponential backoff (``backoff_s`` doubling up to
   ``max_backoff_s``) and the actor continues;
@@ -34,7 +36,7 @@ import asyncio
 import concurrent.futures
 import queue
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -59,7 +61,7 @@ class _Session:
         self.send({"kind": "hello", "actor_id": spec.actor_id, "num_envs": spec.num_envs, "env_id": spec.env_id,
                    "obs_shape": list(obs_shape), "obs_dtype": obs_dtype})
         header, _ = self.receive("welcome")
-        self.connection = int(header["connection"])
+        self.connection, self.task, self.incarnation = (int(header[k]) for k in ("connection", "task", "incarnation"))
 
     def send(self, header: Dict[str, Any], arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
         self.requests.put(protocol.encode(header, arrays))
@@ -102,8 +104,29 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
       max_env_steps: stop after this many env steps (None: until the server's stop).
       give_up_s: fail with :class:`InferenceUnavailable` after this long without a connection.
     """
-    run = _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_backoff_s, connect_timeout_s,
-                     max_message_bytes)
+    return _in_event_loop(_run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_backoff_s,
+                                     connect_timeout_s, max_message_bytes))
+
+
+def run_env_actors_task(endpoint, specs, **kwargs) -> List[Dict[str, Any]]:
+    """Several env-only actors in one task, one event loop (:func:`run_env_actor_task`'s ``kwargs``).
+
+    While one actor waits for its reply the others step their envs, so a
+    worker with one thread serves all the actors placed on it: a scheduled
+    server (:mod:`core.inference.server`) needs every actor's tasks, and an
+    actor task per thread would leave the others queued behind it.
+    """
+    async def actors():
+        return await asyncio.gather(*[_run_actor(endpoint, spec, kwargs.get("max_env_steps"),
+                                                 kwargs.get("give_up_s", 30.0), kwargs.get("backoff_s", 0.05),
+                                                 kwargs.get("max_backoff_s", 2.0),
+                                                 kwargs.get("connect_timeout_s", 2.0),
+                                                 kwargs.get("max_message_bytes", 16 << 20)) for spec in specs])
+    return list(_in_event_loop(actors()))
+
+
+def _in_event_loop(run):
+    """Run coroutine ``run`` in a private event loop (on a thread of its own inside a running loop)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -122,7 +145,7 @@ class _AsyncSession:
 
     def __init__(self, call):
         self.call = call
-        self.connection = -1
+        self.connection, self.task = -1, 0
 
     @classmethod
     async def open(cls, channel, spec, obs_shape, obs_dtype: str, metadata=()) -> "_AsyncSession":
@@ -130,7 +153,7 @@ class _AsyncSession:
         await session.send({"kind": "hello", "actor_id": spec.actor_id, "num_envs": spec.num_envs,
                             "env_id": spec.env_id, "obs_shape": list(obs_shape), "obs_dtype": obs_dtype})
         header, _ = await session.receive("welcome")
-        session.connection = int(header["connection"])
+        session.connection, session.task = int(header["connection"]), int(header["task"])
         return session
 
     async def send(self, header: Dict[str, Any], arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
@@ -154,6 +177,7 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
     """The actor loop of :func:`run_env_actor_task` (reconnect and backoff as in the module docstring)."""
     import grpc
     from core.envs import env_spec, make_vector_env
+    from core.rollout import _env_seed
     address = endpoint.address
     opts = [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)]
@@ -178,8 +202,9 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
             sessions += 1
             reconnects += 1
             down_since, delay = None, backoff_s
-            seed = int(np.random.SeedSequence([spec.seed, spec.actor_id, session.connection]).generate_state(1)[0]
-                       % (2**31 - 1))
+            # Envs seeded as a local actor built at this task (core.rollout): a reconnect plays the
+            # server's next unfinished task again from fresh envs.
+            seed = _env_seed(spec, session.task)
             envs, obs = make_vector_env(spec.env_id, spec.num_envs, seed, spec.max_episode_steps)
             e = spec.num_envs
             reward = np.zeros(e, np.float32)

@@ -20,9 +20,11 @@ gRPC carries these as raw bytes through generic handlers
 Stream conversation (one bidi stream per env-only actor)::
 
     actor -> hello   {actor_id, num_envs, env_id, obs_shape, obs_dtype}
-    server-> welcome {connection}                 (a fresh connection = fresh env state, SEED's run_id)
+    server-> welcome {connection, task, incarnation}   (a fresh connection = fresh envs, seeded for the
+                                                  actor's next unfinished task; SEED's run_id)
     actor -> step    obs[E, ...], reward[E] f32, terminated[E] bool, truncated[E] bool
-    server-> actions action[E] i64, {stop}        (stop=True: the run is over, close the stream)
+    server-> actions action[E] i64, {stop}        (stop=True: the run is over, or a newer connection of
+                                                  this actor replaced the stream: close it)
     ... step/actions repeat ...
 
 ``reward`` is the reward of the previous action; ``terminated``/``truncated``

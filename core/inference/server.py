@@ -34,27 +34,47 @@ bidirectional stream. The server
   parameters (``explore``: a dict, or ``actor_id -> dict`` such as R2D2's
   epsilon ladder); ``categorical`` stores the behaviour logits for V-trace,
   a recurrent policy the state each step started from (``lstm_h``/``lstm_c``);
-* assembles ``[T, E]`` unrolls per actor (:class:`UnrollAssembler`) that the
-  trainer drains with :meth:`drain` and writes as replay shards through the
-  commit log.
+* assembles one ``[T, E]`` unroll per rollout task of each actor
+  (:class:`UnrollAssembler`, rows and ids exactly as a local actor writes
+  them) that the trainer takes with :meth:`result` (or, unscheduled,
+  :meth:`drain`) and writes as replay shards through the commit log.
+
+**Scheduled** (``scheduled=True``, what training uses: :mod:`pipelines.central`):
+an actor's steps are cut into the plan's tasks (``unroll_length`` steps
+each, from ``first_task``) and the step that opens task ``k`` waits until the
+trainer called ``grant(actor, k, payload, explore)``: the policy version and
+selector parameters the plan gives that task. So which version answers which
+step, and with which exploration, is fixed by the plan, not by timing; the
+actions of task ``k`` are sampled with ``default_rng([seed, actor, k, 1])``
+(the local actor's stream), and batching across actors changes no row
+(LiteRT rows are independent of the batch they run in, checked by
+``tests/test_central_plan.py``), so a run's replay does not depend on how
+requests happened to be batched. Rows of different versions in one batch run
+as separate calls (:class:`DynamicBatcher` keys), each on the runner of its
+version (up to ``max_versions`` runners, least recently used recycled).
+Unscheduled (tests, benchmarks), every task runs at once with the newest
+:meth:`set_policy` payload and ``explore``.
 
 ``stats()["step_ms"]`` says where a request's time goes on the server (ms
 per request, :data:`PHASES`); the actor's own ``step_ms`` adds its side, and
 the difference of the two round trips is gRPC and the transport
 (``python -m benchmarks.seed_inference --profile``).
 
-A stream that breaks (actor killed, network) just ends: its unfinished unroll
-is dropped and a reconnecting actor starts fresh episodes on a new connection
-number. ``step_budget`` throttles actors when the learner falls behind its
-replay ratio (responses wait; the stream stays open).
+A stream that breaks (actor killed, network) just ends: its unfinished task
+is dropped and the reconnecting actor plays it again with fresh envs (seeded
+from ``(seed, actor, task)``, as a rebuilt local actor) and a new
+*incarnation* in its episode ids (``first_connection`` + its earlier
+connections), told in the ``welcome``. An older stream of an actor that
+connected again is told to stop.
 
 Example::
 
     server = InferenceServer("unix:///tmp/private-dir/db.sock", payload, spec, unroll_length=32).start()
     run_env_actor_task(server.endpoint(), actor_spec)      # address + the run token
     ...
-    server.set_policy(new_payload)        # next batches use the new version
+    server.set_policy(new_payload)        # unscheduled: next steps use the new version
     batches = server.drain()
+    # scheduled: server.grant(actor, task, payload, explore) ... server.result(actor, task) -> RolloutResult
     server.request_stop(); server.stop()
 """
 from __future__ import annotations
@@ -74,11 +94,12 @@ from core.inference import protocol
 from core.inference.batching import DynamicBatcher
 from core.inference.runners import InferenceRunner, LiteRTRunner
 from core.inference.unrolls import UnrollAssembler
+from core.rollout import RolloutResult, RolloutStats
 from core.trajectory import TrajectoryBatch
 
 
 #: Phases of one request on the server, in order (``stats()["step_ms"]``, ms per request).
-PHASES = ("decode", "budget_wait", "prepare", "batched_inference", "select_and_assemble", "encode")
+PHASES = ("decode", "task_wait", "prepare", "batched_inference", "select_and_assemble", "encode")
 
 
 class FrameStacker:
@@ -119,8 +140,11 @@ class InferenceServer:
       frame_stack: frames stacked into the network input (pixels).
       max_message_bytes: larger requests are rejected by gRPC.
       max_streams: concurrent actor streams (one handler thread each).
-      first_connection: connection numbers start here (pass a new base after a restart
-        so episode ids never repeat within a run).
+      first_connection: connection numbers, and every actor's first incarnation, start here (pass a
+        new base after a restart so episode ids never repeat within a run).
+      scheduled: steps wait for :meth:`grant` of their task (module docstring); ``first_task``: the task
+        every actor's first connection starts at (a resumed run's first block).
+      max_versions: runners kept, one per policy version in use (scheduled).
       token: the run's secret every stream must present (default: a fresh one, see :attr:`token`).
       tls: ``(certificate chain PEM, private key PEM)`` to serve over TLS; None = plaintext.
       runner: what runs the policy (default: a :class:`LiteRTRunner` of ``payload`` sized to
@@ -136,7 +160,8 @@ class InferenceServer:
                  frame_stack: int = 1, max_message_bytes: int = 16 << 20, max_streams: int = 64,
                  litert_threads: int = 1, first_connection: int = 0, seed: int = 0,
                  token: Optional[str] = None, tls: Optional[tuple] = None,
-                 runner: Optional[InferenceRunner] = None, adaptive_wait: bool = False):
+                 runner: Optional[InferenceRunner] = None, adaptive_wait: bool = False,
+                 scheduled: bool = False, first_task: int = 0, max_versions: int = 4):
         self.address, self.spec, self.unroll_length = address, spec, int(unroll_length)
         self.selector = selector
         self.select = SELECTORS[selector]
@@ -150,19 +175,30 @@ class InferenceServer:
         self.tls = tls
         self.port: Optional[int] = None
         self.runner: InferenceRunner = runner or LiteRTRunner(payload, max_batch_size, litert_threads)
-        self._pending_payload = None
+        self._custom_runner = runner is not None       # recycled across versions, never duplicated
+        self._runners: "collections.OrderedDict[int, InferenceRunner]" = collections.OrderedDict(
+            [(payload.version, self.runner)])            # version -> runner, least recently used first
+        self._payloads: Dict[int, Any] = {payload.version: payload}    # versions granted or current
+        self._uses: Dict[int, int] = collections.Counter()             # version -> grants not yet done
+        self._payload = payload                       # unscheduled: the newest set_policy payload
+        self.max_batch_size, self.litert_threads = int(max_batch_size), int(litert_threads)
+        self.max_versions = max(1, int(max_versions))
+        self.scheduled, self.first_task = bool(scheduled), int(first_task)
         self._first_payload = payload                 # sizes each connection's recurrent carry
         self._carries: Dict[int, Tuple[int, Any]] = {}    # actor id -> (connection, carry) of its live stream
+        self._actors: Dict[int, _ActorTasks] = {}          # actor id -> its tasks across connections
+        self._results: Dict[Tuple[int, int], RolloutResult] = {}   # (actor, task) -> finished task
+        self.first_connection = int(first_connection)
+        self.on_result: Optional[Callable[[int, int], None]] = None   # called (actor, task) as a task finishes
         self.batcher = DynamicBatcher(self._infer, max_batch_size, max_wait_s,
                                       expected_requests=lambda: self.active_streams, adaptive=adaptive_wait)
         self._connections = itertools.count(int(first_connection))
         self._lock = threading.Lock()
-        self._budget_cv = threading.Condition()
+        self._cv = threading.Condition(self._lock)     # grants, results, stop
         self._unrolls: "collections.deque[TrajectoryBatch]" = collections.deque()
         self._episodes: "collections.deque[tuple]" = collections.deque()
         self._stop = threading.Event()       # the run is over: actors are told to stop
         self._closing = threading.Event()    # the server is going away: actors will reconnect
-        self.step_budget: Optional[int] = None     # env steps the actors may take in total (None = no limit)
         self.env_steps = 0
         self.active_streams = 0
         self.rejected = 0                    # streams aborted: bad token or bad messages
@@ -211,8 +247,8 @@ class InferenceServer:
         it is what a crash or restart looks like to them.
         """
         self._closing.set()
-        with self._budget_cv:
-            self._budget_cv.notify_all()
+        with self._cv:
+            self._cv.notify_all()
         if self._server is not None:
             self._server.stop(grace).wait(grace + 5)
         self.batcher.close()
@@ -220,8 +256,8 @@ class InferenceServer:
     def request_stop(self) -> None:
         """Tell every actor the run is over: the next responses carry ``stop=True``."""
         self._stop.set()
-        with self._budget_cv:
-            self._budget_cv.notify_all()
+        with self._cv:
+            self._cv.notify_all()
 
     # -- learner-side API -------------------------------------------------------
     def endpoint(self, address: Optional[str] = None) -> endpoint_lib.ServerEndpoint:
@@ -230,12 +266,43 @@ class InferenceServer:
         return endpoint_lib.ServerEndpoint(address or self.address, self.token, root)
 
     def set_policy(self, payload) -> None:
-        """Use ``payload`` for the next batches (swapped in by the inference thread)."""
-        self._pending_payload = payload
+        """Unscheduled: use ``payload`` from the next steps on (its runner is made by the inference thread)."""
+        with self._lock:
+            self._payloads[payload.version] = payload
+            for v in [v for v in self._payloads if v < self._payload.version and not self._uses[v]]:
+                del self._payloads[v]      # older than the one in use until now: no step can ask for it
+            self._payload = payload
 
     @property
     def policy_version(self) -> int:
-        return self.runner.version
+        return self._payload.version
+
+    def grant(self, actor_id: int, task: int, payload, explore: Dict[str, float]) -> None:
+        """Scheduled: actor ``actor_id``'s task ``task`` acts with ``payload`` and selector params ``explore``."""
+        with self._cv:
+            self._payloads.setdefault(payload.version, payload)
+            self._uses[payload.version] += 1
+            self._actor(actor_id).grants[task] = (payload.version, dict(explore))
+            self._cv.notify_all()
+
+    def result(self, actor_id: int, task: int) -> Optional[RolloutResult]:
+        """Scheduled: the finished task's :class:`core.rollout.RolloutResult` (taken: a second call gets None)."""
+        with self._lock:
+            return self._results.pop((actor_id, task), None)
+
+    def has_result(self, actor_id: int, task: int) -> bool:
+        return (actor_id, task) in self._results
+
+    def wait_for_results(self, timeout: float) -> None:
+        """Block until a task finishes (or ``timeout`` s pass)."""
+        with self._cv:
+            self._cv.wait(timeout)
+
+    def _actor(self, actor_id: int) -> "_ActorTasks":
+        """The actor's tasks across its connections (the caller holds the lock)."""
+        if actor_id not in self._actors:
+            self._actors[actor_id] = _ActorTasks(self.first_task)
+        return self._actors[actor_id]
 
     def explore_params(self, actor_id: int) -> Dict[str, float]:
         """The selector parameters of ``actor_id`` now."""
@@ -249,11 +316,6 @@ class InferenceServer:
             return None
         conn, carry = held
         return conn, carry.h.copy(), carry.c.copy()
-
-    def set_step_budget(self, total_env_steps: Optional[int]) -> None:
-        with self._budget_cv:
-            self.step_budget = total_env_steps
-            self._budget_cv.notify_all()
 
     def drain(self) -> List[TrajectoryBatch]:
         """Unrolls completed since the last call, oldest first."""
@@ -281,19 +343,63 @@ class InferenceServer:
                 "connections": self.connections_opened, "address": self.address}
 
     # -- inference thread ---------------------------------------------------------
-    def _infer(self, x: np.ndarray) -> np.ndarray:
-        payload, self._pending_payload = self._pending_payload, None
-        if payload is not None and payload.version != self.runner.version:
-            self.runner.update(payload)
-        return self.runner(x)
+    def _infer(self, x: np.ndarray, version: int) -> np.ndarray:
+        return self._runner_for(version)(x)
+
+    def _runner_for(self, version: int) -> InferenceRunner:
+        """The runner of ``version`` (the batcher's run lock is held: one call at a time)."""
+        runner = self._runners.get(version)
+        if runner is not None:
+            self._runners.move_to_end(version)
+            return runner
+        with self._lock:
+            payload = self._payloads[version]
+        if self._custom_runner or len(self._runners) >= self.max_versions:
+            _, runner = self._runners.popitem(last=False)     # least recently used: a version done with
+            runner.update(payload)
+        else:    # the first runner measured the best call size already
+            runner = LiteRTRunner(payload, self.max_batch_size, self.litert_threads,
+                                  chunk_rows=getattr(self.runner, "chunk_rows", None))
+        self._runners[version] = runner
+        return runner
 
     # -- one stream per actor -------------------------------------------------------
-    def _wait_for_budget(self, n: int) -> None:
-        with self._budget_cv:
-            while (self.step_budget is not None and self.env_steps + n > self.step_budget
-                   and not self._stop.is_set() and not self._closing.is_set()):
-                self._budget_cv.wait(timeout=0.1)
-            self.env_steps += n
+    def _begin_task(self, stream: "_Stream", task: int) -> bool:
+        """Wait for ``task``'s grant (scheduled); set the stream's version, explore and RNG. False: stop."""
+        if self.scheduled:
+            with self._cv:
+                tasks = self._actor(stream.actor_id)
+                while task not in tasks.grants:
+                    if self._stop.is_set() or self._closing.is_set() or tasks.live != stream.connection:
+                        return False
+                    self._cv.wait(0.1)
+                stream.version, stream.explore = tasks.grants[task]
+        stream.task, stream.task_t0, stream.infer_s = task, time.perf_counter(), 0.0
+        stream.rng = np.random.default_rng([self.seed, stream.actor_id, task, 1])   # the local actor's stream
+        return True
+
+    def _finish_task(self, stream: "_Stream", task: int, batch: TrajectoryBatch, returns, lengths) -> None:
+        """A task's unroll is complete: keep it for the trainer (scheduled) or for :meth:`drain`."""
+        stats = RolloutStats(stream.actor_id, task, batch.size, int(batch.policy_version.flat[0]), list(returns),
+                             list(lengths), time.perf_counter() - stream.task_t0, stream.infer_s,
+                             f"central a{stream.actor_id} c{stream.connection}")
+        with self._cv:
+            tasks = self._actor(stream.actor_id)
+            tasks.next_task = max(tasks.next_task, task + 1)
+            if self.scheduled:
+                version, _ = tasks.grants.pop(task)
+                self._uses[version] -= 1
+                if not self._uses[version]:
+                    del self._uses[version]
+                    if version != self._payload.version:
+                        self._payloads.pop(version, None)
+                self._results[(stream.actor_id, task)] = RolloutResult(batch, stats)
+            else:
+                self._unrolls.append(batch)
+                self._episodes.extend(zip(returns, lengths))
+            self._cv.notify_all()
+        if self.on_result is not None:
+            self.on_result(stream.actor_id, task)
 
     def _hello(self, raw: bytes):
         header, _ = protocol.decode(raw, self.max_message_bytes)
@@ -356,7 +462,8 @@ class InferenceServer:
         stream = self._open_stream(actor_id, e)
         want = self._step_shapes(e)
         try:
-            yield protocol.encode({"kind": "welcome", "connection": stream.connection})
+            yield protocol.encode({"kind": "welcome", "connection": stream.connection,
+                                   "task": stream.unrolls.first_task, "incarnation": stream.incarnation})
             for raw in request_iterator:
                 t0 = time.perf_counter()
                 try:
@@ -365,13 +472,21 @@ class InferenceServer:
                     self._check_step(arrays, want)
                 except protocol.ProtocolError as err:
                     self._reject(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
-                if self._stop.is_set():
+                if self._stop.is_set() or self._actors[actor_id].live != stream.connection:
+                    yield protocol.encode({"kind": "actions", "stop": True})   # the run is over, or a newer
+                    return                                                    # connection replaced this one
+                t1 = time.perf_counter()
+                # Row t-1 is complete; if it ends a task, that task is handed over before step t
+                # waits for its own task's version (which may need the learner to train on it).
+                done = stream.unrolls.observe(arrays["reward"], arrays["terminated"], arrays["truncated"])
+                if done is not None:
+                    self._finish_task(stream, *done)
+                if stream.unrolls.task != stream.task and not self._begin_task(stream, stream.unrolls.task):
+                    if self._closing.is_set():
+                        context.abort(grpc.StatusCode.UNAVAILABLE, "inference server is shutting down")
                     yield protocol.encode({"kind": "actions", "stop": True})
                     return
-                t1 = time.perf_counter()
-                self._wait_for_budget(e)
-                if self._closing.is_set():
-                    context.abort(grpc.StatusCode.UNAVAILABLE, "inference server is shutting down")
+                self.env_steps += e
                 t2 = time.perf_counter()
                 action, times = self._step(stream, arrays)
                 t3 = time.perf_counter()
@@ -383,17 +498,23 @@ class InferenceServer:
             self._close_stream(stream)
 
     def _open_stream(self, actor_id: int, num_envs: int) -> "_Stream":
-        """A new connection: fresh episodes, a fresh recurrent state; the actor's stale one is dropped."""
+        """A new connection: fresh episodes from the actor's next unfinished task, a fresh recurrent state."""
         conn = next(self._connections)
         carry = make_carry(self.selector, self._first_payload, num_envs, self.spec.obs_dim * self.frame_stack)
-        with self._lock:
+        with self._cv:
+            tasks = self._actor(actor_id)
+            incarnation = self.first_connection + tasks.connections
+            tasks.connections += 1
+            tasks.live = conn                  # an older stream of this actor stops at its next step
+            self._cv.notify_all()
             self.active_streams += 1
             self.connections_opened += 1
             if carry is not None:
                 self._carries[actor_id] = (conn, carry)     # replaces a previous connection's state
-        return _Stream(actor_id, conn, UnrollAssembler(actor_id, num_envs, self.unroll_length, conn,
-                                                       self.spec.env_id, self.seed),
-                       FrameStacker(self.frame_stack), np.random.default_rng([self.seed, actor_id, conn]), carry)
+            first_task = tasks.next_task
+        unrolls = UnrollAssembler(actor_id, num_envs, self.unroll_length, first_task, incarnation,
+                                  self.spec.env_id, self.seed)
+        return _Stream(actor_id, conn, incarnation, unrolls, FrameStacker(self.frame_stack), carry)
 
     def _close_stream(self, stream: "_Stream") -> None:
         with self._lock:
@@ -415,34 +536,48 @@ class InferenceServer:
         """
         t0 = time.perf_counter()
         obs, unrolls, e = arrays["observation"], stream.unrolls, stream.unrolls.num_envs
-        new_episode = (np.ones(e, bool) if unrolls.pending is None else
-                       unrolls.pending["terminated"] | unrolls.pending["truncated"])
+        new_episode = unrolls.new_episode()
         x = stream.stacker(obs, new_episode).reshape(e, -1).astype(np.float32, copy=False)
         carried: Dict[str, np.ndarray] = {}
         if stream.carry is not None:     # [obs, h, c] rows, zeroed at episode starts
             x, carried = stream.carry.inputs(x, new_episode)
+        if self.scheduled:
+            version, explore = stream.version, stream.explore
+        else:
+            version, explore = self._payload.version, self.explore_params(stream.actor_id)
         t1 = time.perf_counter()
-        out = self.batcher.submit(x).result()
+        out = self.batcher.submit(x, key=version).result()
         t2 = time.perf_counter()
-        version = self.runner.version
+        stream.infer_s += t2 - t1
         if stream.carry is not None:
             out = stream.carry.absorb(out)
-        action, extras = self.select(out, self.explore_params(stream.actor_id), stream.rng, self.spec)
-        batch = unrolls.add(obs, arrays["reward"], arrays["terminated"], arrays["truncated"], action,
-                            {**extras, **carried}, version)
-        if batch is not None:
-            self._unrolls.append(batch)
-        rets, lens = unrolls.pop_episodes()
-        self._episodes.extend(zip(rets, lens))
+        action, extras = self.select(out, explore, stream.rng, self.spec)
+        unrolls.act(obs, arrays["terminated"], arrays["truncated"], action, {**extras, **carried}, version)
         return action, (t1 - t0, t2 - t1, time.perf_counter() - t2)
+
+
+class _ActorTasks:
+    """One actor's tasks across its connections: where it resumes, its grants, its live connection."""
+
+    __slots__ = ("next_task", "grants", "connections", "live")
+
+    def __init__(self, first_task: int):
+        self.next_task = first_task          # the first task not finished yet (a reconnect plays it again)
+        self.grants: Dict[int, Tuple[int, Dict[str, float]]] = {}    # task -> (version, explore)
+        self.connections = 0
+        self.live = -1                       # the connection whose steps count
 
 
 class _Stream:
     """Per-connection state of one actor stream (see :meth:`InferenceServer._open_stream`)."""
 
-    __slots__ = ("actor_id", "connection", "unrolls", "stacker", "rng", "carry")
+    __slots__ = ("actor_id", "connection", "incarnation", "unrolls", "stacker", "carry", "task", "version",
+                 "explore", "rng", "task_t0", "infer_s")
 
-    def __init__(self, actor_id: int, connection: int, unrolls: UnrollAssembler, stacker: FrameStacker,
-                 rng: np.random.Generator, carry):
-        self.actor_id, self.connection, self.unrolls = actor_id, connection, unrolls
-        self.stacker, self.rng, self.carry = stacker, rng, carry
+    def __init__(self, actor_id: int, connection: int, incarnation: int, unrolls: UnrollAssembler,
+                 stacker: FrameStacker, carry):
+        self.actor_id, self.connection, self.incarnation, self.unrolls = actor_id, connection, incarnation, unrolls
+        self.stacker, self.carry = stacker, carry
+        self.task = -1                       # the task being played (none yet)
+        self.version, self.explore, self.rng = -1, {}, None
+        self.task_t0 = self.infer_s = 0.0
