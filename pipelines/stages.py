@@ -25,7 +25,7 @@ from core.evaluation import run_evaluation_task
 from core.rollout import run_rollout_task
 
 __all__ = ["run_rollout_task", "run_evaluation_task", "write_shard_stage", "commit_stage", "gc_stage",
-           "learn_stage", "shard_id_for"]
+           "learn_stage", "shard_id_for", "actor_states"]
 
 
 def shard_id_for(seq: int) -> str:
@@ -47,18 +47,34 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
     ``raw_bytes`` (the batches' in-memory size), ``write_s`` (this write's seconds), the episodes that ended
     (count, sum of returns, the last :data:`RETURNS_TAIL` returns) and one
     ``[actor, task, worker, seconds, env_steps, policy_version]`` row per task.
+
+    Tasks run with ``capture_state=True`` (each actor's last task of the
+    block) hand their actor's state document to the shard: its attrs hold
+    ``{ACTOR_STATES_ATTR: {actor: document}}`` (see :func:`actor_states`).
     """
     t0 = time.perf_counter()
     store = _worker_store(store_url, writer_options or {})
     batches = [r.batch for r in results]
-    info = store.write_shard(shard_id, batches, attrs={
-        "tasks": [b.task_id for b in batches],
-        "actors": sorted({int(b.actor_id) for b in batches}),
-    })
+    attrs = {"tasks": [b.task_id for b in batches], "actors": sorted({int(b.actor_id) for b in batches})}
+    states = {str(r.batch.actor_id): r.actor_state for r in results if getattr(r, "actor_state", None) is not None}
+    if states:      # committed with the shard, so a resume finds the states of its last committed block
+        attrs[ACTOR_STATES_ATTR] = states
+    info = store.write_shard(shard_id, batches, attrs=attrs)
     return {"shard_id": shard_id, "rows": int(sum(b.size for b in batches)),
             "write_s": round(time.perf_counter() - t0, 6),     # the summary's wall split (storage)
             "nbytes": int(getattr(info, "nbytes", 0)), "raw_bytes": int(sum(b.nbytes for b in batches)),
             **task_summary([r.stats for r in results if getattr(r, "stats", None) is not None])}
+
+
+#: Shard attribute holding the actors' state documents after the block (core.rollout, ``--resume``).
+ACTOR_STATES_ATTR = "actor_states"
+
+
+def actor_states(store, shard_id: str) -> Dict[str, Any]:
+    """``{actor (str): state document}`` stored in committed shard ``shard_id`` ({} if none were)."""
+    from core.replay.shard_reader import read_shard_attrs
+    attrs = read_shard_attrs(store.shards_url, shard_id) or {}
+    return dict((attrs.get("attrs") or {}).get(ACTOR_STATES_ATTR) or {})
 
 
 #: Episode returns a shard write reports back (progress shows the mean of the last 20).

@@ -1,0 +1,112 @@
+"""What ``--resume`` needs beyond the learner's checkpoint, so a resumed run ends bit-identical.
+
+A run killed after a checkpoint and resumed must follow its plan
+(:mod:`pipelines.plan`) exactly as if it had never stopped. Three kinds of
+state make that possible, each stored where it becomes durable together with
+what it describes::
+
+    checkpoint (LoopState + arrays)  the policy versions the next policy_lag + 1 blocks act with
+                                     (payload bytes), the evaluations still undecided (block,
+                                     version, env steps, seed index; their versions' parameters),
+                                     the evaluation and broadcast cadence       -> plan_state
+    replay shard s{b} (attrs)        every actor's env state after block b (core.actor_state,
+                                     written by the block's shard write)        -> load_actor_states
+    commit log entry of s{b} (meta)  the episodes that ended in block b         -> committed_episodes
+
+The actor states live in the shards, not in the checkpoint: blocks committed
+after the checkpoint (a kill between a commit and the next checkpoint) are
+never run again, and the actors continue after the last committed block.
+Envs whose state cannot be captured (``ActorStateUnsupported``: Atari,
+dm_control) are rebuilt from seeds at the first block after the resume, as
+before: such a resume is *fault-tolerant but not bit-identical*, and the
+``resume`` record of ``metrics.jsonl`` says so.
+
+Example::
+
+    versions, params_of = plan_state(trainer.loop, flight, trainer.n_evals)   # at a checkpoint
+    resumed = load_actor_states(store, actor_specs, first_block)              # at --resume
+    resumed.states          # {actor: StoredState} for the actors that continue exactly
+    resumed.record(loop, precommitted, versions)   # the "resume" metrics record
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Dict, List, Sequence, Tuple
+
+from core.config import ConfigError
+from pipelines.stages import actor_states, shard_id_for
+
+
+def plan_state(loop, f, n_evals: int) -> Tuple[List[int], List[int]]:
+    """Write into ``loop`` what the blocks after this checkpoint need; returns (versions, params_of).
+
+    ``versions``: the versions whose payloads the checkpoint must carry (the
+    next ``policy_lag + 1`` blocks' and the undecided evaluations');
+    ``params_of``: those whose parameters it must carry (evaluated ones: the
+    best checkpoint is saved from them).
+    """
+    plan = f.plan
+    # Blocks in flight hold their version (block_ref); the others get theirs when submitted (version_for).
+    planned = {plan.policy_block(b): f.block_ref.get(b) or f.version_for(b)
+               for b in range(loop.block, loop.block + plan.policy_lag + 1)}
+    loop.versions = {str(pb): int(ref[1]) for pb, ref in planned.items() if ref is not None}
+    loop.pending_evals = [[int(b), int(f.eval_meta[fut][0]), int(steps), int(f.eval_meta[fut][1])]
+                          for b, fut, steps in f.evals]
+    loop.n_evals, loop.next_eval, loop.last_broadcast_step = int(n_evals), int(f.next_eval), int(f.last_broadcast_step)
+    evaluated = sorted({e[1] for e in loop.pending_evals})
+    return sorted({*loop.versions.values(), *evaluated}), evaluated
+
+
+def committed_episodes(store, shard_id: str) -> int:
+    """Episodes that ended in a committed block (its commit entry's ``meta``; 0 for logs from before)."""
+    version = store.log.refresh().committed_version.get(shard_id)
+    if version is None:
+        return 0
+    return int((store.log.entry(version).get("meta") or {}).get("episodes", 0))
+
+
+@dataclasses.dataclass
+class Resumed:
+    """The actors' states a resumed run continues from (see module docstring)."""
+    shard_id: str | None                                           # where they were read (None: block 0)
+    states: Dict[int, Any] = dataclasses.field(default_factory=dict)          # actor -> StoredState
+    rebuilt: Dict[int, str] = dataclasses.field(default_factory=dict)         # actor -> why (from seeds)
+
+    def record(self, loop, precommitted: Dict[int, int], versions: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        """The ``resume`` metrics record: where the run continues and whether it stays bit-identical."""
+        return {"block": loop.block, "precommitted_blocks": sorted(precommitted), "actor_states_from": self.shard_id,
+                "actors_restored": sorted(self.states), "actors_rebuilt": {str(a): w for a, w in self.rebuilt.items()},
+                "versions_restored": [int(v["version"]) for v in versions],
+                "bit_identical": not self.rebuilt and bool(versions),
+                "note": ("" if not self.rebuilt else "these actors' envs cannot be captured: rebuilt from seeds, "
+                         "fault-tolerant but not bit-identical")}
+
+
+def load_actor_states(store, specs: Sequence[Any], first_block: int) -> Resumed:
+    """The actors' states after block ``first_block - 1``, validated against ``specs``.
+
+    A damaged document is a one-line ConfigError naming the shard (nothing
+    is written before it: the driver calls this before the run's first write).
+    """
+    from core.actor_state import ActorStateError, loads, restore
+    from core.rollout import StoredState
+    if first_block <= 0:    # nothing committed: actors start from seeds, as the uninterrupted run did
+        return Resumed(None)
+    sid = shard_id_for(first_block - 1)
+    docs = actor_states(store, sid)
+    out = Resumed(sid)
+    for spec in specs:
+        a = spec.actor_id
+        doc = docs.get(str(a))
+        if doc is None or (isinstance(doc, dict) and "unsupported" in doc):
+            out.rebuilt[a] = doc["unsupported"] if doc else f"replay shard {sid} holds no state of actor {a}"
+            continue
+        try:
+            doc = loads(json.dumps(doc))
+            restore(spec, doc).envs.close()       # the full check: env id, actor, shapes, dtypes
+        except ActorStateError as e:
+            raise ConfigError(f"--resume: replay shard {sid} holds a damaged state of actor {a} ({e}); "
+                              "valid: the shard as this run wrote it, or a new --run-dir") from None
+        out.states[a] = StoredState(doc)
+    return out
