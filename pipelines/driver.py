@@ -20,6 +20,13 @@ block numbers and receives metrics and version metadata. With the local
 executor every submit runs at once; with Dask actors step the next
 ``actors.policy_lag`` blocks while the learner trains. Either way the
 learner's parameters and the committed replay are the same for a seed.
+
+``--resume`` continues the plan where the last checkpoint left it, and ends
+bit-identical to a run that never stopped (:mod:`pipelines.resume`): the
+checkpoint carries the policy versions and evaluations the next blocks need,
+each block's shard carries its actors' env states, and blocks committed
+after the checkpoint are not run again. Envs whose state cannot be captured
+(Atari, dm_control) make such a resume fault-tolerant but not bit-identical.
 """
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from core import config as config_lib
 from core import urls
+from pipelines import resume as resume_lib
 from pipelines import stages
 from pipelines import summary as summary_lib
 from pipelines.plan import TrainingPlan
@@ -141,7 +142,7 @@ class LearnerStage:
         the blocks after it act with, the parameters of versions still being
         evaluated; see :meth:`checkpoint`), held again for :meth:`payload` and
         :meth:`save_best`. The replay cache is rebuilt as the uninterrupted run
-        built it (:meth:`_replay_cache`).
+        built it (:func:`pipelines.resume.replay_cache`).
         """
         step = self.ckpt.latest_step()
         if step is None:
@@ -150,7 +151,8 @@ class LearnerStage:
         self.learner.restore(state["learner"])
         versions = [self._restore_version(int(v), m, state.get("versions", {}).get(f"v{v}", {}))
                     for v, m in sorted(meta.get("versions", {}).items(), key=lambda kv: int(kv[0]))]
-        self._replay_cache(json.loads(meta["loop"]).get("block"), meta.get("replay_log_version"))
+        resume_lib.replay_cache(self.cache, self.store, json.loads(meta["loop"]).get("block"),
+                                meta.get("replay_log_version"))
         return {"loop": meta["loop"], "steps": self.steps, "versions": versions}
 
     def _restore_version(self, version: int, meta: Dict[str, Any], arrays: Dict[str, Any]) -> Dict[str, Any]:
@@ -163,41 +165,6 @@ class LearnerStage:
             self.version_params[version] = arrays["params"]
         return {"version": version, "payload_bytes": payload.nbytes, "convert_seconds": payload.convert_seconds,
                 "precision": payload.precision}
-
-    def _replay_cache(self, blocks: Optional[int], log_version: Optional[int]) -> None:
-        """Refresh the cache block by block, as learner blocks ``0 .. blocks-1`` refreshed it.
-
-        The ring's row ids and slots then match the uninterrupted run's, which
-        a single refresh of every committed shard would not once the cache
-        overflows. A run whose retention removed shards (their data may be
-        gone) is loaded at once, up to the checkpoint's log version.
-        """
-        if blocks is None or self.store.log.refresh().removed:
-            bound = log_version if log_version is not None else self.store.latest_version()
-            self._refresh_to(bound)
-            return
-        for b in range(int(blocks)):
-            self._refresh_cache(b)
-
-    def _refresh_cache(self, block: int) -> None:
-        """Refresh the cache to the shards of blocks <= ``block`` (the plan's), whatever was committed since.
-
-        Only a resumed run finds block ``block + 1`` committed already (a
-        kill between a commit and the next checkpoint): the cache then stops
-        at the log version just before it.
-        """
-        nxt = self.store.log.refresh().committed_version.get(stages.shard_id_for(block + 1))
-        if nxt is None:
-            self.cache.refresh()
-        else:
-            self._refresh_to(nxt - 1)
-
-    def _refresh_to(self, version: int) -> None:
-        self.cache.store = _LogPrefix(self.store, version)
-        try:
-            self.cache.refresh()
-        finally:
-            self.cache.store = self.store
 
     def _drain(self) -> List[Record]:
         out, self.records = self.records, []
@@ -213,7 +180,7 @@ class LearnerStage:
         that version afterwards (see :meth:`new_version`).
         """
         from pipelines.flight import StallError
-        self._refresh_cache(block)
+        resume_lib.refresh_cache(self.cache, self.store, block)   # the plan's shards only
         calls = self.plan.calls(self.learner.steps, target)
         if calls and self.cache.size < self.cfg.replay.min_size:   # would wait forever: say why instead
             raise StallError(
@@ -369,23 +336,6 @@ class LearnerStage:
         if self.async_quantizer is not None:
             self.async_quantizer.close()
         self.quality.close()
-
-
-class _LogPrefix:
-    """A store whose commit log reads as of ``version`` (:meth:`LearnerStage._refresh_cache`)."""
-
-    def __init__(self, store, version: int):
-        self._store, self._version = store, version
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    @property
-    def log(self) -> "_LogPrefix":
-        return self
-
-    def state(self, version: Optional[int] = None):
-        return self._store.log.state(self._version if version is None else version)
 
 
 class InProcessParts:

@@ -12,6 +12,8 @@ what it describes::
     replay shard s{b} (attrs)        every actor's env state after block b (core.actor_state,
                                      written by the block's shard write)        -> load_actor_states
     commit log entry of s{b} (meta)  the episodes that ended in block b         -> committed_episodes
+    commit log                       the learner's replay cache, rebuilt refresh by refresh as the
+                                     uninterrupted run's learner blocks refreshed it -> replay_cache
 
 The actor states live in the shards, not in the checkpoint: blocks committed
 after the checkpoint (a kill between a commit and the next checkpoint) are
@@ -83,11 +85,23 @@ class Resumed:
                          "fault-tolerant but not bit-identical")}
 
 
+def _config_change(doc: Any, spec: Any, first_task: int) -> str:
+    """Why ``doc`` cannot fit ``spec`` because the config changed (env, envs, plan), or ""."""
+    if not isinstance(doc, dict):
+        return ""
+    for key, want in (("env_id", spec.env_id), ("num_envs", spec.num_envs), ("task", first_task)):
+        if key in doc and doc[key] != want:
+            return f"the config changed since the state was stored ({key} {doc[key]!r}, now {want!r})"
+    return ""
+
+
 def load_actor_states(store, specs: Sequence[Any], first_block: int) -> Resumed:
     """The actors' states after block ``first_block - 1``, validated against ``specs``.
 
     A damaged document is a one-line ConfigError naming the shard (nothing
     is written before it: the driver calls this before the run's first write).
+    Documents that no longer fit because ``--set`` changed the env, the envs
+    per actor or the plan's tasks are not damage: those actors are rebuilt.
     """
     from core.actor_state import ActorStateError, loads, restore
     from core.rollout import StoredState
@@ -95,12 +109,17 @@ def load_actor_states(store, specs: Sequence[Any], first_block: int) -> Resumed:
         return Resumed(None)
     sid = shard_id_for(first_block - 1)
     docs = actor_states(store, sid)
+    first_task = specs[0].first_task if specs else 0
     out = Resumed(sid)
     for spec in specs:
         a = spec.actor_id
         doc = docs.get(str(a))
         if doc is None or (isinstance(doc, dict) and "unsupported" in doc):
             out.rebuilt[a] = doc["unsupported"] if doc else f"replay shard {sid} holds no state of actor {a}"
+            continue
+        changed = _config_change(doc, spec, first_task)
+        if changed:      # --set changed the actors since: a new plan, so no stored state fits it
+            out.rebuilt[a] = changed
             continue
         try:
             doc = loads(json.dumps(doc))
@@ -110,3 +129,60 @@ def load_actor_states(store, specs: Sequence[Any], first_block: int) -> Resumed:
                               "valid: the shard as this run wrote it, or a new --run-dir") from None
         out.states[a] = StoredState(doc)
     return out
+
+
+# -- the learner's replay cache, as the plan fills it ---------------------------------------------
+
+def refresh_cache(cache, store, block: int) -> None:
+    """Refresh ``cache`` to the shards of blocks <= ``block`` (the plan's), whatever was committed since.
+
+    Only a resumed run finds block ``block + 1`` committed already (a kill
+    between a commit and the next checkpoint): the cache then stops at the
+    log version just before it, where the uninterrupted run's stopped.
+    """
+    nxt = store.log.refresh().committed_version.get(shard_id_for(block + 1))
+    if nxt is None:
+        cache.refresh()
+    else:
+        _refresh_to(cache, store, nxt - 1)
+
+
+def replay_cache(cache, store, blocks, log_version) -> None:
+    """Refresh ``cache`` block by block, as learner blocks ``0 .. blocks-1`` refreshed it.
+
+    The ring's row ids and slots then match the uninterrupted run's, which a
+    single refresh of every committed shard would not once the cache
+    overflows (it skips shards that would be evicted at once). A run whose
+    retention removed shards (their data may be gone) is loaded at once, up
+    to the checkpoint's log version: not bit-identical once the cache overflows.
+    """
+    if blocks is None or store.log.refresh().removed:
+        _refresh_to(cache, store, log_version if log_version is not None else store.latest_version())
+        return
+    for b in range(int(blocks)):
+        refresh_cache(cache, store, b)
+
+
+def _refresh_to(cache, store, version: int) -> None:
+    cache.store = _LogPrefix(store, version)
+    try:
+        cache.refresh()
+    finally:
+        cache.store = store
+
+
+class _LogPrefix:
+    """``store`` as a cache sees it when its commit log reads as of ``version`` (``cache.store.log.state()``)."""
+
+    def __init__(self, store, version: int):
+        self._store, self._version = store, version
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    @property
+    def log(self) -> "_LogPrefix":
+        return self
+
+    def state(self, version=None):
+        return self._store.log.state(self._version if version is None else version)

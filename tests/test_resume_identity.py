@@ -102,12 +102,13 @@ def test_a_run_killed_after_its_first_checkpoint_and_resumed_is_bit_identical(un
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("where, n, precommitted", [
-    ("_committed", 3, [2]),        # checkpoint of learner block 1, then block 2 committed
-    ("_committed", 4, [2, 3]),     # ... and block 3 committed: every block after it already in the log
-])
-def test_blocks_committed_after_the_checkpoint_are_not_run_again_and_the_run_stays_identical(
-        uninterrupted, tmp_path, where, n, precommitted):
+@pytest.mark.parametrize("where, n, block, precommitted", [
+    ("_checkpoint", 1, 2, []),        # at the checkpoint of learner block 1: blocks 2, 3 and an evaluation to run
+    ("_committed", 4, 2, [2, 3]),     # blocks 2 and 3 committed after it: never run again
+    ("_checkpoint", 2, 4, []),        # at the checkpoint of the last block: only the two evaluations are left
+], ids=["at-checkpoint-1", "2-blocks-committed-after-it", "at-checkpoint-2"])
+def test_a_run_killed_at_any_point_after_a_checkpoint_resumes_bit_identical(
+        uninterrupted, tmp_path, where, n, block, precommitted):
     run_dir = str(tmp_path / "killed")
     killed = subprocess.run([sys.executable, "-c", KILL_AT, where, str(n), "--run-dir", run_dir, "--no-progress",
                              "--executor", "local", *SET], cwd=REPO, env=ENV, capture_output=True, text=True,
@@ -115,9 +116,9 @@ def test_blocks_committed_after_the_checkpoint_are_not_run_again_and_the_run_sta
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     resumed = _resume(run_dir)
     record = _resume_record(run_dir)
-    assert record["precommitted_blocks"] == precommitted and record["block"] == 2
-    assert record["actor_states_from"] == f"s{precommitted[-1]:08d}"
-    _assert_same_run(uninterrupted, resumed, f"uninterrupted vs killed after commit {n} + resumed")
+    assert record["precommitted_blocks"] == precommitted and record["block"] == block
+    assert record["actor_states_from"] == f"s{max([block - 1, *precommitted]):08d}" and record["bit_identical"]
+    _assert_same_run(uninterrupted, resumed, f"uninterrupted vs killed after {where} {n} + resumed")
 
 
 # -- the parts ------------------------------------------------------------------------------------
