@@ -33,11 +33,10 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, Dict, List, Sequence, Tuple
 
 from core.config import ConfigError
-from pipelines.stages import actor_states, shard_id_for
+from pipelines.stages import actor_states, shard_id_for, state_text
 
 
 def plan_state(loop, f, n_evals: int) -> Tuple[List[int], List[int]]:
@@ -85,10 +84,8 @@ class Resumed:
                          "fault-tolerant but not bit-identical")}
 
 
-def _config_change(doc: Any, spec: Any, first_task: int) -> str:
+def _config_change(doc: Dict[str, Any], spec: Any, first_task: int) -> str:
     """Why ``doc`` cannot fit ``spec`` because the config changed (env, envs, plan), or ""."""
-    if not isinstance(doc, dict):
-        return ""
     for key, want in (("env_id", spec.env_id), ("num_envs", spec.num_envs), ("task", first_task)):
         if key in doc and doc[key] != want:
             return f"the config changed since the state was stored ({key} {doc[key]!r}, now {want!r})"
@@ -113,18 +110,18 @@ def load_actor_states(store, specs: Sequence[Any], first_block: int) -> Resumed:
     out = Resumed(sid)
     for spec in specs:
         a = spec.actor_id
-        doc = docs.get(str(a))
-        if doc is None or (isinstance(doc, dict) and "unsupported" in doc):
-            out.rebuilt[a] = doc["unsupported"] if doc else f"replay shard {sid} holds no state of actor {a}"
-            continue
-        changed = _config_change(doc, spec, first_task)
-        if changed:      # --set changed the actors since: a new plan, so no stored state fits it
-            out.rebuilt[a] = changed
+        stored = docs.get(str(a))
+        if stored is None or (isinstance(stored, dict) and "unsupported" in stored):
+            out.rebuilt[a] = stored["unsupported"] if stored else f"replay shard {sid} holds no state of actor {a}"
             continue
         try:
-            doc = loads(json.dumps(doc))
-            restore(spec, doc).envs.close()       # the full check: env id, actor, shapes, dtypes
-        except ActorStateError as e:
+            doc = loads(state_text(stored))
+            changed = _config_change(doc, spec, first_task)
+            if changed:      # --set changed the actors since: a new plan, so no stored state fits it
+                out.rebuilt[a] = changed
+                continue
+            restore(spec, doc).envs.close()       # the full check: env id, actor, structure, dtypes, shapes
+        except (ActorStateError, ValueError) as e:
             raise ConfigError(f"--resume: replay shard {sid} holds a damaged state of actor {a} ({e}); "
                               "valid: the shard as this run wrote it, or a new --run-dir") from None
         out.states[a] = StoredState(doc)
