@@ -120,6 +120,22 @@ def test_a_run_killed_at_any_point_after_a_checkpoint_resumes_bit_identical(
     _assert_same_run(uninterrupted, resumed, f"uninterrupted vs killed after {where} {n} + resumed")
 
 
+@pytest.mark.timeout(400)
+def test_versions_older_than_the_checkpointed_parameters_are_republished_exactly(tmp_path):
+    """broadcast_period 700 > a block's 512 learner steps and policy_lag 2: the blocks after the checkpoint
+    (learner step 1,024) act with versions 1 and 2, made before it; the checkpoint carries their payloads."""
+    extra = ["actors.broadcast_period=700", "actors.policy_lag=2"]
+    reference = _run(tmp_path, "uninterrupted", "local", extra)
+    run_dir = str(tmp_path / "killed")
+    killed = subprocess.run([sys.executable, "-c", KILL_AT, "_committed", "3", "--run-dir", run_dir, "--no-progress",
+                             "--executor", "local", *SET, *[a for s in extra for a in ("--set", s)]],
+                            cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = _resume(run_dir)
+    assert _resume_record(run_dir)["versions_restored"] == [1, 2]
+    _assert_same_run(reference, resumed, "broadcast_period 700, policy_lag 2: uninterrupted vs resumed")
+
+
 # -- the parts ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
