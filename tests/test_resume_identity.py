@@ -103,9 +103,10 @@ def test_a_run_killed_after_its_first_checkpoint_and_resumed_is_bit_identical(un
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("where, n, block, precommitted", [
-    ("_committed", 4, 2, [2, 3]),     # blocks 2 and 3 committed after it: never run again
-    ("_checkpoint", 2, 4, []),        # at the checkpoint of the last block: only the two evaluations are left
-], ids=["2-blocks-committed-after-it", "at-checkpoint-2"])
+    ("_committed", 3, 2, [2]),        # block 2 committed after the checkpoint: actors continue at block 3
+    ("_committed", 4, 2, [2, 3]),     # blocks 2 and 3 too: nothing left to roll out, learner blocks 2, 3 see
+                                      # only the plan's shards, the evaluations decide the best version
+], ids=["1-block-committed-after-it", "2-blocks-committed-after-it"])
 def test_a_run_killed_at_any_point_after_a_checkpoint_resumes_bit_identical(
         uninterrupted, tmp_path, where, n, block, precommitted):
     run_dir = str(tmp_path / "killed")
