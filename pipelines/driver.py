@@ -102,6 +102,7 @@ class Trainer(BlockTasks, InProcessParts):
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
         self.restored_versions: List[Dict[str, Any]] = []   # resume: the versions the checkpoint carries
         self.restored_refs: Dict[int, Any] = {}             # resume: learner block -> (payload ref, version)
+        self.restored_eval_refs: Dict[int, Any] = {}        # resume: version -> payload ref (evaluations)
         self.stored_states: Dict[int, Any] = {}             # resume: actor -> StoredState (core.rollout)
         if self.resume:
             self._restore()
