@@ -36,6 +36,18 @@ and consistent, but is not bit-identical to an undisturbed one. (Losing the
 *rebuilt* actor's output of the same task again, after part of it was
 committed, would reuse its ids: two losses of one task, not guarded.)
 
+Env state on disk, for ``--resume``: a task asked with ``capture_state=True``
+(the driver asks an actor's last task of each plan block) also returns
+:func:`core.actor_state.capture` of the state it leaves, a small JSON document
+(no pickle) that the shard writer stores in the block's shard, so it becomes
+visible exactly when the shard is committed. A resumed run hands each actor's
+document back as ``after=StoredState(doc)``, and the actor continues its
+episodes bit-identically. Envs whose state ``capture`` refuses
+(``ActorStateUnsupported``: Atari's ALE, MuJoCo/dm_control physics) store
+``{"unsupported": reason}`` instead; a resumed run rebuilds those actors from
+seeds at their first task after the resume: *fault-tolerant but not
+bit-identical*.
+
 Example::
 
     spec = ActorSpec(run_id="r", env_id="CartPole-v1", num_envs=8, seed=0, actor_id=0)
@@ -48,7 +60,7 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -93,6 +105,7 @@ class RolloutResult:
     batch: TrajectoryBatch
     stats: RolloutStats
     next_state: Optional["LiveState"] = None    # the actor's state after the task (module docstring)
+    actor_state: Optional[Dict[str, Any]] = None   # capture_state=True: its document (module docstring)
 
 
 class ActorState:
@@ -298,7 +311,7 @@ _ACTORS_LOCK = threading.Lock()
 
 
 def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
-                     explore: Dict[str, float], after=None) -> RolloutResult:
+                     explore: Dict[str, float], after=None, capture_state: bool = False) -> RolloutResult:
     """The rollout stage as a schedulable task (any executor).
 
     Reuses the actor's env state if this worker holds it at the right task
@@ -319,6 +332,8 @@ def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
         with state.lock:
             result = rollout(state, payload, task_index, num_steps, explore)
             state.next_task = task_index + 1
+            if capture_state:
+                result.actor_state = capture_document(state)
     except BaseException:
         with _ACTORS_LOCK:
             _ACTORS.pop(key, None)
@@ -327,8 +342,34 @@ def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
     return result
 
 
+def capture_document(state: ActorState) -> Dict[str, Any]:
+    """``core.actor_state.capture(state)``, or ``{"unsupported": reason}`` for envs it refuses."""
+    from core.actor_state import ActorStateUnsupported, capture
+    try:
+        return capture(state)
+    except ActorStateUnsupported as e:
+        return {"unsupported": str(e)}
+
+
+class StoredState:
+    """An actor's state document read back from a committed shard: ``after=`` of its next task (resume)."""
+
+    def __init__(self, doc: Dict[str, Any]):
+        self.doc = doc
+
+    @property
+    def task(self) -> int:
+        return int(self.doc["task"])
+
+    def restore(self, spec: ActorSpec) -> ActorState:
+        from core.actor_state import restore
+        return restore(spec, self.doc)
+
+
 def _state_for(spec: ActorSpec, task_index: int, after) -> ActorState:
     """The actor's state before ``task_index`` when this worker does not hold it (module docstring)."""
+    if isinstance(after, StoredState) and after.task == task_index:
+        return after.restore(spec)
     live = getattr(after, "next_state", None)
     blob = live.blob() if live is not None and after.stats.task_index == task_index - 1 else None
     if blob is not None:

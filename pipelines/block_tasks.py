@@ -10,6 +10,11 @@ steps 1 and 2)::
     write of block c done, learner block c-1 done, evaluations up to c - STOP_DELAY decided
                                 -> commit shard s{c} (one log entry); account its rows and stats
 
+An actor's last task of each block returns the actor's env state as a
+document (``capture_state``), which the write stores in the block's shard:
+``--resume`` continues the actors from the last committed block's
+(:mod:`pipelines.resume`).
+
 A write whose inputs Dask lost with a killed worker (a cancelled future) is
 submitted again with the same shard id, after its lost rollouts; retries
 overwrite their own uncommitted output, so nothing is committed twice.
@@ -47,8 +52,13 @@ class BlockTasks:
         # Exploration follows the plan's env steps (block start), not the steps that happen to be done.
         explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
         after = {} if retry else {"after": f.last_task.get(a)}   # an actor's tasks run in order
+        stored = getattr(self, "stored_states", {}).get(a)
+        if retry and stored is not None and stored.task == k:     # resume: the actor's first task again
+            after = {"after": stored}
+        # An actor's last task of the block returns its env state, stored in the block's shard (resume).
+        capture = k % f.plan.tasks_per_block == f.plan.tasks_per_block - 1
         fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], f.block_ref[block][0], k,
-                                   self.cfg.actors.steps_per_task, explore, **after,
+                                   self.cfg.actors.steps_per_task, explore, **after, capture_state=capture,
                                    key=f"rollout-{self.run_id}-a{a}-t{k}" + (f"-r{retry}" if retry else ""),
                                    actor=a)
         if not retry:
@@ -80,7 +90,10 @@ class BlockTasks:
         if c >= f.plan.num_blocks or self.loop.block < c or f.stop:
             return False
         if c in f.precommitted:                     # resume: committed before the restart
-            self._committed(f, c, f.precommitted.pop(c), {}, bar)
+            if not self._stop_decided(f, c):        # its evaluations decide the best version, in order
+                return False
+            self._committed(f, c, f.precommitted.pop(c),
+                            {"episodes": getattr(self, "precommitted_episodes", {}).get(c, 0)}, bar)
             return True
         fut = f.writes.get(c)
         if fut is None or not fut.done() or not self._stop_decided(f, c) or f.stop:
@@ -91,7 +104,8 @@ class BlockTasks:
             self._resubmit_lost(f, c)
             return True
         log_version = f.timed("log_commit", stages.commit_stage, self.store, [info["shard_id"]],
-                              meta={"policy_version": f.block_ref[c][1], "block": c},
+                              meta={"policy_version": f.block_ref[c][1], "block": c,
+                                    "episodes": info.get("episodes", 0)},   # a resume's counters
                               retention_transitions=self.cfg.replay.retention_transitions)
         if log_version % 100 == 0:  # occasional GC keeps removed/abandoned shard data bounded
             self.log.write("gc", step=self.loop.env_steps,

@@ -20,6 +20,13 @@ block numbers and receives metrics and version metadata. With the local
 executor every submit runs at once; with Dask actors step the next
 ``actors.policy_lag`` blocks while the learner trains. Either way the
 learner's parameters and the committed replay are the same for a seed.
+
+``--resume`` continues the plan where the last checkpoint left it, and ends
+bit-identical to a run that never stopped (:mod:`pipelines.resume`): the
+checkpoint carries the policy versions and evaluations the next blocks need,
+each block's shard carries its actors' env states, and blocks committed
+after the checkpoint are not run again. Envs whose state cannot be captured
+(Atari, dm_control) make such a resume fault-tolerant but not bit-identical.
 """
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ from core import config as config_lib
 from core import urls
 from core.metrics import MetricsLogger
 from core.rollout import ActorSpec
+from pipelines import resume as resume_lib
 from pipelines import stages
 from pipelines.block_tasks import BlockTasks
 from pipelines import summary as summary_lib
@@ -92,17 +100,27 @@ class Trainer(BlockTasks, InProcessParts):
         self.learner_steps = 0
         self.n_evals = 0
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
+        self.restored_versions: List[Dict[str, Any]] = []   # resume: the versions the checkpoint carries
+        self.restored_refs: Dict[int, Any] = {}             # resume: learner block -> (payload ref, version)
+        self.restored_eval_refs: Dict[int, Any] = {}        # resume: version -> payload ref (evaluations)
+        self.stored_states: Dict[int, Any] = {}             # resume: actor -> StoredState (core.rollout)
         if self.resume:
             self._restore()
-            self._write_config(fs, path)     # only once the run restored: a failing resume writes nothing
-        self.log = MetricsLogger(self.run_dir)
-        self.log.write("config", step=0, config=config_lib.to_dict(cfg))
         first_block = max([self.loop.block - 1, *self.precommitted]) + 1
         self.actor_specs = [ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
                                       cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector,
                                       first_task=first_block * self.plan.tasks_per_block,
                                       frame_stack=getattr(cfg.agent, "frame_stack", 1))
                             for a in range(cfg.actors.num_actors)]
+        resumed = resume_lib.load_actor_states(self.store, self.actor_specs, first_block) if self.resume else None
+        if self.resume:
+            self.stored_states = resumed.states
+            self._write_config(fs, path)     # only once the run restored: a failing resume writes nothing
+        self.log = MetricsLogger(self.run_dir)
+        self.log.write("config", step=0, config=config_lib.to_dict(cfg))
+        if resumed is not None:
+            self.log.write("resume", step=self.loop.env_steps, **resumed.record(self.loop, self.precommitted,
+                                                                                self.restored_versions))
         self.log.write("placement", step=self.loop.env_steps, **self._placement())
 
     def _place_learner(self):
@@ -139,6 +157,8 @@ class Trainer(BlockTasks, InProcessParts):
         loop = json.loads(out["loop"])
         self.learner_steps = out["steps"]
         self.loop = LoopState(**loop)
+        self.n_evals = self.loop.n_evals
+        self.restored_versions = out.get("versions", [])
         if "block" not in loop:     # a checkpoint from before plans: one shard per round of tasks
             self.loop.block = self.loop.shard_seq
         # Blocks committed after the checkpoint (a kill -9 between commit and checkpoint) are never
@@ -146,6 +166,8 @@ class Trainer(BlockTasks, InProcessParts):
         infos = self.store.state().infos          # every shard ever committed, removed ones too
         blocks = {int(sid[1:]): info.rows for sid, info in infos.items() if sid.startswith("s") and sid[1:].isdigit()}
         self.precommitted = {b: r for b, r in blocks.items() if b >= self.loop.block}
+        self.precommitted_episodes = {b: resume_lib.committed_episodes(self.store, stages.shard_id_for(b))
+                                      for b in self.precommitted}
         self.loop.shard_seq = max([self.loop.shard_seq, self.loop.block, *[b + 1 for b in blocks]])
         if len(self.loop.next_task) < self.cfg.actors.num_actors:
             self.loop.next_task += [0] * (self.cfg.actors.num_actors - len(self.loop.next_task))
@@ -158,6 +180,26 @@ class Trainer(BlockTasks, InProcessParts):
     def _keep_versions(self) -> List[int]:
         """Versions whose parameters the stage keeps: the best and those being evaluated."""
         return [self.loop.best_version, *sorted(self.eval_versions)]
+
+    def _first_versions(self) -> None:
+        """Publish the run's first version; a resumed run republishes the checkpoint's versions instead.
+
+        The blocks after a checkpoint act with versions made before it
+        (policy lag, broadcast_period): the checkpoint carries their payloads,
+        so they act exactly as in the uninterrupted run. A checkpoint from
+        before it did (no versions) gets a new version of its parameters.
+        """
+        if not self.restored_versions:
+            self._new_version(blocking=True)
+            return
+        metas = {m["version"]: m for m in self.restored_versions}
+        refs = {v: self.stage.publish(v, key=f"payload-{self.run_id}-v{v}") for v in sorted(metas)}
+        newest = self.loop.policy_version if self.loop.policy_version in metas else max(metas)
+        self.payload, self.payload_ref = self.stage.published(metas[newest]), refs[newest]
+        for v in refs:
+            self.version_time[v] = time.time()
+        self.restored_refs = {int(pb): (refs[v], v) for pb, v in self.loop.versions.items()}
+        self.restored_eval_refs = refs
 
     def _new_version(self, blocking: bool) -> None:
         """Quantize the learner's policy as the next version and broadcast it (stage.new_version)."""
@@ -192,8 +234,9 @@ class Trainer(BlockTasks, InProcessParts):
         """Train through the plan's blocks (or to a planned stop); returns the summary dict."""
         self._setup()
         try:
-            self._new_version(blocking=True)
+            self._first_versions()
             f = Flight.begin(self)
+            self._resume_evaluations(f)
             bar = self._progress_bar()
             t_bar = time.time()
             while not (f.stop or self.loop.block >= f.plan.num_blocks):
@@ -232,6 +275,7 @@ class Trainer(BlockTasks, InProcessParts):
                 self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
             except Exception:  # a final eval lost with the cluster does not fail the run
                 pass
+        f.evals.clear()
         for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
             fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
         self.task_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
@@ -241,7 +285,7 @@ class Trainer(BlockTasks, InProcessParts):
                        idle_s={k: round(v, 3) for k, v in f.idle_s.items()},
                        busy_s={k: round(v, 3) for k, v in f.busy_s.items()},
                        stage_s={k: round(v, 3) for k, v in f.stage_s.items()}, task_retries=f.retries)
-        self._checkpoint()
+        self._checkpoint(f)
         summary = self._finish(f.start, f.lags)
         self._shutdown()
         return summary
@@ -290,23 +334,39 @@ class Trainer(BlockTasks, InProcessParts):
             del f.versions[old]      # no block left to submit acts with it
         if self.loop.env_steps >= f.next_eval and self.learner_steps > 0:
             f.next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
-            f.evals.append((b, self._submit_evaluation(), self.loop.env_steps))
-            f.eval_submitted[f.evals[-1][1]] = time.time()   # an evaluation's seconds count in the stall bound
+            self._evaluate(f, b, self.loop.env_steps)
         self.loop.block = b + 1
         if self.learner_steps - f.last_ckpt_step >= cfg.checkpoint.every_steps:
             f.last_ckpt_step = self.learner_steps
-            f.timed("checkpoint", self._checkpoint)
+            f.timed("checkpoint", self._checkpoint, f)
 
-    def _submit_evaluation(self):
+    def _evaluate(self, f: Flight, block: int, env_steps: int, ref=None, version: Optional[int] = None,
+                  n: Optional[int] = None) -> None:
+        """Submit an evaluation planned after learner block ``block`` (default: of the newest version)."""
+        fut = self._submit_evaluation(ref, version, n)
+        f.evals.append((block, fut, env_steps))
+        f.eval_submitted[fut] = time.time()   # an evaluation's seconds count in the stall bound
+        f.eval_meta[fut] = (self.loop.policy_version if version is None else version, self.n_evals if n is None else n)
+
+    def _resume_evaluations(self, f: Flight) -> None:
+        """Resume: submit again, in order, the evaluations the checkpoint left undecided (same seeds)."""
+        for block, version, env_steps, n in self.loop.pending_evals:
+            self._evaluate(f, block, env_steps, self.restored_eval_refs[version], version, n)
+        self.loop.pending_evals = []
+
+    def _submit_evaluation(self, ref=None, version: Optional[int] = None, n: Optional[int] = None):
+        """Evaluate ``version`` (default: the newest) as evaluation number ``n`` (default: the next one)."""
         cfg = self.cfg
-        self.n_evals += 1
-        self.eval_versions.add(self.loop.policy_version)
+        if n is None:
+            self.n_evals += 1
+            n = self.n_evals
+        self.eval_versions.add(self.loop.policy_version if version is None else version)
         return self.executor.submit(
-            stages.run_evaluation_task, self.payload_ref, cfg.env.id, cfg.eval.episodes,
-            cfg.seed + 100_000 + 1_000 * self.n_evals, cfg.env.max_episode_steps,
+            stages.run_evaluation_task, self.payload_ref if ref is None else ref, cfg.env.id, cfg.eval.episodes,
+            cfg.seed + 100_000 + 1_000 * n, cfg.env.max_episode_steps,
             self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
             keep_returns=False, frame_stack=getattr(cfg.agent, "frame_stack", 1),
-            key=f"eval-{self.run_id}-{self.n_evals}")
+            key=f"eval-{self.run_id}-{n}")
 
     # -- 4. stalls ---------------------------------------------------------------------
     def _watch(self, f: Flight, progressed: bool) -> None:
@@ -358,8 +418,12 @@ class Trainer(BlockTasks, InProcessParts):
             self.stage.run("save_best", result["version"], json.dumps(result))
         return summary_lib.record_target(cfg, self.loop, result)
 
-    def _checkpoint(self) -> None:
-        self.stage.run("checkpoint", json.dumps(dataclasses.asdict(self.loop)))
+    def _checkpoint(self, f: Optional[Flight] = None) -> None:
+        """Checkpoint the learner with the loop's counters and (given ``f``) what resume needs of the plan."""
+        versions, params_of = (), ()
+        if f is not None:
+            versions, params_of = resume_lib.plan_state(self.loop, f, self.n_evals)
+        self.stage.run("checkpoint", json.dumps(dataclasses.asdict(self.loop)), versions, params_of)
 
     # -- end of run -------------------------------------------------------------
     def _finish(self, start: float, lags) -> Dict[str, Any]:

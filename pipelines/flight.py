@@ -2,7 +2,10 @@
 
 :class:`LoopState` holds the driver's counters that are checkpointed with the
 learner (env steps, versions, best evaluation, the next block), so
-``--resume`` continues from them.
+``--resume`` continues from them, together with what the blocks after the
+checkpoint need to follow the plan exactly: the policy version each of them
+acts with, the evaluations still undecided, the evaluation and broadcast
+cadence.
 
 :class:`Flight` is the driver's (:mod:`pipelines.driver`) bookkeeping of one
 ``Trainer.run`` that is not checkpointed: futures of the blocks in flight,
@@ -45,6 +48,13 @@ class LoopState:
     time_to_target_s: Optional[float] = None
     env_steps_to_target: Optional[int] = None
     block: int = 0          # learner blocks done: the next one to train (pipelines.plan)
+    # What the blocks after a checkpoint need, so that --resume continues the plan exactly
+    # (written by Trainer._checkpoint; None / empty in checkpoints from before they existed):
+    versions: Dict[str, int] = dataclasses.field(default_factory=dict)   # learner block -> version in use
+    pending_evals: List[List[int]] = dataclasses.field(default_factory=list)  # [block, version, env steps, n]
+    n_evals: int = 0                       # evaluations submitted (their seeds follow it)
+    next_eval: Optional[int] = None        # env steps of the next evaluation
+    last_broadcast_step: Optional[int] = None   # learner steps when the newest version was made
 
 
 class StallError(ConfigError):
@@ -74,6 +84,7 @@ class Flight:
     learning_since: float = 0.0
     evals: Deque[Tuple[int, Any, int]] = dataclasses.field(default_factory=deque)    # (block, future, env steps)
     eval_submitted: Dict[Any, float] = dataclasses.field(default_factory=dict)       # future -> submit time
+    eval_meta: Dict[Any, Tuple[int, int]] = dataclasses.field(default_factory=dict)  # future -> (version, n)
     recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
     lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
     driver_bytes: int = 0                # pickled size of every result the driver materialized (stages' too)
@@ -96,11 +107,16 @@ class Flight:
         pre = trainer.precommitted
         first_new = max([loop.block - 1, *pre]) + 1
         now = time.time()
-        return cls(start=now, plan=trainer.plan, base_block=loop.block,
-                   initial=(trainer.payload_ref, trainer.loop.policy_version), next_submit=first_new,
-                   next_commit=loop.block, precommitted=pre, next_eval=(loop.env_steps // every + 1) * every,
-                   last_ckpt_step=trainer.learner_steps, last_broadcast_step=trainer.learner_steps,
-                   last_progress=now)
+        f = cls(start=now, plan=trainer.plan, base_block=loop.block,
+                initial=(trainer.payload_ref, trainer.loop.policy_version), next_submit=first_new,
+                next_commit=loop.block, precommitted=pre,
+                next_eval=loop.next_eval if loop.next_eval is not None else (loop.env_steps // every + 1) * every,
+                last_ckpt_step=trainer.learner_steps,
+                last_broadcast_step=(loop.last_broadcast_step if loop.last_broadcast_step is not None
+                                     else trainer.learner_steps), last_progress=now)
+        f.versions.update(getattr(trainer, "restored_refs", {}))   # resume: the checkpoint's versions
+        f.last_task.update(getattr(trainer, "stored_states", {}))  # resume: actors continue stored states
+        return f
 
     def lag_due(self, every_s: float = 2.0) -> bool:
         """True every ``every_s`` seconds while there are policy-lag samples (the ``policy_lag`` record)."""
@@ -126,7 +142,9 @@ class Flight:
     def version_for(self, block: int) -> Optional[Tuple[Any, int]]:
         """The (ref, version) block ``block`` acts with, or None while its learner block is not done."""
         pb = self.plan.policy_block(block)
-        return self.initial if pb < self.base_block else self.versions.get(pb)
+        if pb in self.versions:
+            return self.versions[pb]
+        return self.initial if pb < self.base_block else None
 
     def waiting_for(self) -> List[Tuple[str, Any]]:
         """What the next commit waits for, named: the learner block, the write (or its rollouts), an evaluation."""

@@ -8,14 +8,14 @@ long-lived Dask actor on the worker that advertises ``learner.resources``
 with small calls and receives metadata only::
 
     stage = LearnerStage(cfg, run_dir, resume)        # placed by the executor
-    stage.restore()                                   # --resume: {"loop": driver counters JSON, "steps"}
+    stage.restore()                                   # --resume: {"loop": driver counters JSON, "steps", "versions"}
     stage.new_version(1, keep=[])                     # -> {"version", "payload_bytes", ...} (+ records)
     out = stage.learn_block(b, target, publish=2, keep=[...])
           # refresh the replay cache from the commit log (the stage reads committed shards itself),
           # the plan's learner calls of block b with the block's sampler RNG, then version 2 if asked
           # -> {"steps": ..., "published": {...} or None, "records": [(kind, step, fields), ...]}
     stage.payload(2)                                  # the version's policy payload (executors publish it)
-    stage.save_best(2, eval_json); stage.checkpoint(loop_json)
+    stage.save_best(2, eval_json); stage.checkpoint(loop_json, versions=[1, 2], params_of=[2])
     stage.finish(best_version, policy_version)        # final fp32 / actor-precision evaluation
 
 Data flows one way: shards go store -> stage, payloads go stage -> actors
@@ -38,6 +38,7 @@ import numpy as np
 
 from core import config as config_lib
 from core import urls
+from pipelines import resume as resume_lib
 from pipelines import stages
 from pipelines import summary as summary_lib
 from pipelines.plan import TrainingPlan
@@ -135,14 +136,35 @@ class LearnerStage:
         return int(self.learner.steps)
 
     def restore(self) -> Dict[str, Any]:
-        """Load the latest complete checkpoint; ``{"loop": driver counters (LoopState JSON), "steps"}``."""
+        """Load the latest complete checkpoint: ``{"loop": LoopState JSON, "steps", "versions": [meta, ...]}``.
+
+        ``versions``: the policy versions the checkpoint carries (the payloads
+        the blocks after it act with, the parameters of versions still being
+        evaluated; see :meth:`checkpoint`), held again for :meth:`payload` and
+        :meth:`save_best`. The replay cache is rebuilt as the uninterrupted run
+        built it (:func:`pipelines.resume.replay_cache`).
+        """
         step = self.ckpt.latest_step()
         if step is None:
             raise FileNotFoundError(f"--resume: no complete checkpoint under {urls.join(self.run_dir, 'checkpoints')}")
         state, meta = self.ckpt.restore(step)
         self.learner.restore(state["learner"])
-        self.cache.refresh()
-        return {"loop": meta["loop"], "steps": self.steps}
+        versions = [self._restore_version(int(v), m, state.get("versions", {}).get(f"v{v}", {}))
+                    for v, m in sorted(meta.get("versions", {}).items(), key=lambda kv: int(kv[0]))]
+        resume_lib.replay_cache(self.cache, self.store, json.loads(meta["loop"]).get("block"),
+                                meta.get("replay_log_version"))
+        return {"loop": meta["loop"], "steps": self.steps, "versions": versions}
+
+    def _restore_version(self, version: int, meta: Dict[str, Any], arrays: Dict[str, Any]) -> Dict[str, Any]:
+        from core.quantize import PolicyPayload
+        payload = PolicyPayload(version, meta["precision"], np.asarray(arrays["payload"], np.uint8).tobytes(),
+                                float(meta["convert_seconds"]), int(meta["input_dim"]), int(meta["output_dim"]),
+                                meta.get("method", "convert"))
+        self.payloads[version] = payload
+        if "params" in arrays:
+            self.version_params[version] = arrays["params"]
+        return {"version": version, "payload_bytes": payload.nbytes, "convert_seconds": payload.convert_seconds,
+                "precision": payload.precision}
 
     def _drain(self) -> List[Record]:
         out, self.records = self.records, []
@@ -158,7 +180,7 @@ class LearnerStage:
         that version afterwards (see :meth:`new_version`).
         """
         from pipelines.flight import StallError
-        self.cache.refresh()
+        resume_lib.refresh_cache(self.cache, self.store, block)   # the plan's shards only
         calls = self.plan.calls(self.learner.steps, target)
         if calls and self.cache.size < self.cfg.replay.min_size:   # would wait forever: say why instead
             raise StallError(
@@ -225,8 +247,10 @@ class LearnerStage:
     def _published(self, payload) -> Dict[str, Any]:
         """Hold ``payload`` for the executor and score its quality vs fp32 in the background (core.quality)."""
         self.payloads[payload.version] = payload
-        for v in [v for v in self.payloads if v < payload.version - 1]:
-            del self.payloads[v]          # published by then: the executor holds its own reference
+        # Published by then (the executor holds its own reference), but a checkpoint carries the versions
+        # the next policy_lag + 1 blocks act with and those being evaluated (at most 3 back).
+        for v in [v for v in self.payloads if v <= payload.version - max(self.cfg.actors.policy_lag, 2) - 1]:
+            del self.payloads[v]
         self.quality.submit(payload, self.version_policy.get(payload.version), self.learner.policy_model,
                             self.sampler, self.cache)
         for q in self.quality.collect():
@@ -266,11 +290,27 @@ class LearnerStage:
                             metadata={"eval": eval_json, "config": config_lib.to_json(self.cfg)})
         return True
 
-    def checkpoint(self, loop_json: str) -> int:
-        """An async checkpoint of the learner state with the driver's counters; returns its step."""
-        self.ckpt.save(self.learner.steps, {"learner": self.learner.state()}, donate=True,  # fresh host copies
+    def checkpoint(self, loop_json: str, versions: Sequence[int] = (), params_of: Sequence[int] = ()) -> int:
+        """An async checkpoint of the learner state with the driver's counters; returns its step.
+
+        ``versions``: policy versions whose payloads it also carries (the
+        flatbuffer bytes, so a resumed run republishes exactly them, int8-full
+        calibration included); ``params_of``: versions whose parameters it
+        carries (those still being evaluated: the best checkpoint may need them).
+        """
+        tree: Dict[str, Any] = {"learner": self.learner.state()}
+        kept: Dict[str, Any] = {}
+        for v in versions:
+            p = self.payloads[v]
+            entry = {"payload": np.frombuffer(p.data, np.uint8)}
+            if v in params_of and v in self.version_params:
+                entry["params"] = self.version_params[v]
+            tree.setdefault("versions", {})[f"v{v}"] = entry
+            kept[str(v)] = {"precision": p.precision, "convert_seconds": p.convert_seconds,
+                            "input_dim": p.input_dim, "output_dim": p.output_dim, "method": p.method}
+        self.ckpt.save(self.learner.steps, tree, donate=True,  # fresh host copies; versions are never mutated
                        metadata={"loop": loop_json, "replay_log_version": int(self.store.latest_version()),
-                                 "config": config_lib.to_json(self.cfg)})
+                                 "config": config_lib.to_json(self.cfg), "versions": kept})
         return self.steps
 
     def wait_checkpoints(self) -> None:

@@ -14,8 +14,10 @@ TensorFlow.
 """
 from __future__ import annotations
 
+import base64
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -25,7 +27,7 @@ from core.evaluation import run_evaluation_task
 from core.rollout import run_rollout_task
 
 __all__ = ["run_rollout_task", "run_evaluation_task", "write_shard_stage", "commit_stage", "gc_stage",
-           "learn_stage", "shard_id_for"]
+           "learn_stage", "shard_id_for", "actor_states", "encode_state", "state_text"]
 
 
 def shard_id_for(seq: int) -> str:
@@ -47,18 +49,55 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
     ``raw_bytes`` (the batches' in-memory size), ``write_s`` (this write's seconds), the episodes that ended
     (count, sum of returns, the last :data:`RETURNS_TAIL` returns) and one
     ``[actor, task, worker, seconds, env_steps, policy_version]`` row per task.
+
+    Tasks run with ``capture_state=True`` (each actor's last task of the
+    block) hand their actor's state document to the shard: its attrs hold
+    ``{ACTOR_STATES_ATTR: {actor: document}}`` (see :func:`actor_states`).
     """
     t0 = time.perf_counter()
     store = _worker_store(store_url, writer_options or {})
     batches = [r.batch for r in results]
-    info = store.write_shard(shard_id, batches, attrs={
-        "tasks": [b.task_id for b in batches],
-        "actors": sorted({int(b.actor_id) for b in batches}),
-    })
+    attrs = {"tasks": [b.task_id for b in batches], "actors": sorted({int(b.actor_id) for b in batches})}
+    states = {str(r.batch.actor_id): encode_state(r.actor_state) for r in results
+              if getattr(r, "actor_state", None) is not None}
+    if states:      # committed with the shard, so a resume finds the states of its last committed block
+        attrs[ACTOR_STATES_ATTR] = states
+    info = store.write_shard(shard_id, batches, attrs=attrs)
     return {"shard_id": shard_id, "rows": int(sum(b.size for b in batches)),
             "write_s": round(time.perf_counter() - t0, 6),     # the summary's wall split (storage)
             "nbytes": int(getattr(info, "nbytes", 0)), "raw_bytes": int(sum(b.nbytes for b in batches)),
             **task_summary([r.stats for r in results if getattr(r, "stats", None) is not None])}
+
+
+#: Shard attribute holding the actors' state documents after the block (core.rollout, ``--resume``).
+ACTOR_STATES_ATTR = "actor_states"
+
+
+def encode_state(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """An actor state document as stored: ``{"zlib": base64}`` of its JSON (~16 KB -> ~3 KB for 8
+    CartPole envs: most of it is repeated structure), or ``{"unsupported": reason}`` as it is."""
+    if "unsupported" in doc:
+        return dict(doc)
+    from core.actor_state import dumps
+    return {"zlib": base64.b64encode(zlib.compress(dumps(doc).encode(), 1)).decode("ascii")}
+
+
+def state_text(stored: Any) -> str:
+    """The JSON text of a stored document (:func:`encode_state`); ValueError if it is not one."""
+    if not isinstance(stored, dict) or not isinstance(stored.get("zlib"), str):
+        raise ValueError("not a stored actor state ({'zlib': base64})")
+    try:
+        return zlib.decompress(base64.b64decode(stored["zlib"], validate=True)).decode()
+    except (ValueError, zlib.error, UnicodeDecodeError) as e:
+        raise ValueError(f"its compressed bytes are damaged: {e}") from None
+
+
+def actor_states(store, shard_id: str) -> Dict[str, Any]:
+    """``{actor (str): stored state}`` of committed shard ``shard_id`` ({} if none were; see
+    :func:`encode_state`, :func:`state_text`)."""
+    from core.replay.shard_reader import read_shard_attrs
+    attrs = read_shard_attrs(store.shards_url, shard_id) or {}
+    return dict((attrs.get("attrs") or {}).get(ACTOR_STATES_ATTR) or {})
 
 
 #: Episode returns a shard write reports back (progress shows the mean of the last 20).
