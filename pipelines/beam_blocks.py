@@ -369,13 +369,16 @@ def build_block_round(pipeline, run: BlockRun, round_index: int, first: int, las
     """Round ``round_index``: blocks ``first .. last`` as one chain (module docstring), top to bottom."""
     plan, sink = run.plan, run.cpu_sink
     evaluations = run.evaluations()
-    states: Dict[int, Any] = {}
+    states: Dict[int, Any] = {}     # block -> State(block) of this round (Learn<b>'s output)
 
-    def state(b: int):
-        if b not in states:   # an earlier round's block: its durable record, read on a worker
-            states[b] = (pipeline | f"Block{b}" >> beam.Create([b])
-                         | f"State{b}" >> beam.Map(counted(load_state, sink), run))
-        return states[b]
+    def state(b: int, use: str):
+        """State(b): this round's Learn<b>, else the durable record, read on a worker by a root of
+        its own per use (the FnApiRunner deadlocks when one root feeds a main input and, beside
+        another root, a side input of a fused chain)."""
+        if b in states:
+            return states[b]
+        return (pipeline | f"{use}Block{b}" >> beam.Create([b])
+                | f"{use}State{b}" >> beam.Map(counted(load_state, sink), run))
 
     actors = (pipeline
               | "CreateActors" >> beam.Create(list(range(len(run.actor_specs))))
@@ -384,7 +387,7 @@ def build_block_round(pipeline, run: BlockRun, round_index: int, first: int, las
     evals, learned = {}, []
     for b in range(first, last + 1):
         rolled = actors | f"RollOut{b}" >> beam.Map(counted(roll_block, sink), b,
-                                                     beam.pvalue.AsSingleton(state(plan.policy_block(b))), run,
+                                                     beam.pvalue.AsSingleton(state(plan.policy_block(b), f"RollOut{b}")), run,
                                                      b == last)
         actors = rolled | f"Carry{b}" >> beam.Map(lambda t: (t[0], t[1]))
         info = (rolled
@@ -393,7 +396,7 @@ def build_block_round(pipeline, run: BlockRun, round_index: int, first: int, las
                 | f"Write{b}" >> beam.Map(counted(write_block, sink), b, run))
         due = [e for e in evals if e <= plan.decides_stop_before(b)]
         decided = ([evals[e] for e in due] | f"Decided{b}" >> beam.Flatten()) if due else None
-        committed = state(b - 1) | f"Commit{b}" >> beam.Map(
+        committed = state(b - 1, "Chain") | f"Commit{b}" >> beam.Map(
             counted(commit_block, sink), b, beam.pvalue.AsSingleton(info),
             beam.pvalue.AsList(decided) if decided is not None else [], run)
         states[b] = committed | f"Learn{b}" >> beam.Map(counted(learn_block, sink), b, run)
