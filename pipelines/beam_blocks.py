@@ -322,17 +322,24 @@ def learn_block(state: Dict[str, Any], block: int, run: BlockRun) -> Dict[str, A
 
 def finish_run(state: Dict[str, Any], run: BlockRun) -> Dict[str, Any]:
     """The driver's close: the remaining evaluations (best), a checkpoint, the final evaluation."""
-    from pipelines.beam_learner import learner_for, records_json
+    from pipelines.beam_learner import learner_for
     from pipelines.flight import LoopState
+    block = int(state["loop"]["block"]) - 1
+    fs, path = final_path(run.run_dir)
+    if fs.exists(path):              # a re-run round: closed already (a longer resumed run closes again)
+        with fs.open(path) as f:
+            done = json.load(f)
+        if done.get("block") == block and done.get("num_blocks") == run.plan.num_blocks:
+            return done
     loop = LoopState(**state["loop"])
     evaluated = [_on_evaluation(run, loop, p)[1] for p in state["pending_evals"]]
     learner = learner_for(run.cfg, run.run_dir)
-    block = int(state["loop"]["block"]) - 1
     learner.checkpoint(block, dataclasses.asdict(loop))
     out = learner.finish(block, loop.best_version, loop.policy_version)
-    final = {"final": out["final"], "learner_steps": out["steps"], "loop": dataclasses.asdict(loop),
-             "evaluated": evaluated, "records": records_json(out["records"]), "block": block}
-    fs, path = final_path(run.run_dir)
+    # The launcher reads this: the summary's counters and final evaluation, nothing per block.
+    loop_out = {k: v for k, v in dataclasses.asdict(loop).items() if k != "next_task"}
+    final = {"final": out["final"], "learner_steps": out["steps"], "loop": loop_out,
+             "evaluated": [_eval_digest(r) for r in evaluated], "block": block, "num_blocks": run.plan.num_blocks}
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(path, "w") as f:
         json.dump(final, f)
@@ -349,14 +356,49 @@ def round_path(run_dir: str, round_index: int) -> Tuple[Any, str]:
     return fs, f"{path}/rounds/r{int(round_index):06d}.json"
 
 
+def _eval_digest(result: Dict[str, Any]) -> Dict[str, Any]:
+    keys = ("version", "mean", "std", "min", "confirmed_mean", "env_steps")
+    return {k: (round(result[k], 3) if isinstance(result.get(k), float) else result.get(k)) for k in keys}
+
+
+def round_digest(round_index: int, blocks: List[Dict[str, Any]], done: bool) -> Dict[str, Any]:
+    """All the launcher reads of a round: counters and totals, a few hundred bytes whatever its length.
+
+    The blocks' full states stay in ``blocks/b<b>-learn.json`` (durable, for
+    resume and inspection); the launcher logs one ``commit`` record per round.
+    """
+    last = blocks[-1]
+    loop = last["loop"]
+    commits = [s["commit"] for s in blocks if s.get("commit")]
+    published = [s["published"] for s in blocks if s.get("published")]
+    losses = [r[2]["loss"] for s in blocks for r in s.get("records") or [] if r[0] == "learner"]
+    lags = [loop_version - t[5] for s in blocks if s.get("commit")
+            for loop_version in [s["loop"]["policy_version"]] for t in s["commit"]["tasks"]]
+    return {"round": round_index, "first_block": blocks[0]["block"], "last_block": last["block"],
+            "done": bool(done), "stop": bool(last["stop"]), "learned_through": loop["block"] - 1,
+            "env_steps": loop["env_steps"], "learner_steps": last["learner_steps"], "episodes": loop["episodes"],
+            "policy_version": loop["policy_version"], "best_return": loop["best_return"],
+            "best_version": loop["best_version"],
+            "commit": {"shards": len(commits), "rows": sum(c["rows"] for c in commits),
+                       "bytes": sum(c["nbytes"] for c in commits), "raw_bytes": sum(c["raw_bytes"] for c in commits),
+                       "log_version": commits[-1]["log_version"] if commits else None,
+                       "write_s": round(sum(c.get("write_s") or 0.0 for c in commits), 4),
+                       "returns_tail": [r for c in commits for r in c["returns_tail"]][-10:]},
+            "lag_versions": [sum(lags), len(lags)],
+            "evaluated": [_eval_digest(r) for s in blocks for r in s.get("evaluated") or []],
+            "published": published[-1] if published else None, "versions_published": len(published),
+            "loss": round(losses[-1], 5) if losses else None,
+            "learn_s": round(sum(s.get("learn_s") or 0.0 for s in blocks), 3),
+            "learner_workers": sorted({s["worker"] for s in blocks if s.get("worker")})}
+
+
 def end_round(last: Dict[str, Any], round_index: int, learned: List[Dict[str, Any]], _evaluated: Sequence[Any],
               run: BlockRun) -> Dict[str, Any]:
-    """rounds/r<round>.json: the round's block states (JSON digests); the run's close after its last block."""
+    """rounds/r<round>.json (:func:`round_digest`); the run's close after its last block (or a stop)."""
     done = last["stop"] or last["block"] >= run.plan.num_blocks - 1
-    final = finish_run(last, run) if done else None
-    blocks = sorted(learned, key=lambda s: s["block"])
-    record = {"round": round_index, "first_block": blocks[0]["block"], "last_block": last["block"],
-              "done": bool(done), "blocks": blocks, "final": final is not None}
+    if done:
+        finish_run(last, run)
+    record = round_digest(round_index, sorted(learned, key=lambda s: s["block"]), done)
     fs, path = round_path(run.run_dir, round_index)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(path, "w") as f:

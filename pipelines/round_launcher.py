@@ -82,10 +82,12 @@ class RoundLauncher:
         with fs.open(f"{path}/config.json", "w") as f:
             f.write(config_lib.to_json(cfg))
         self.next_round, last = self._last_round(fs, path)
-        self.state: Optional[Dict[str, Any]] = last["blocks"][-1] if last else None
+        self.last: Optional[Dict[str, Any]] = last
         self.next_block = last["last_block"] + 1 if last else 0
-        self.loop = LoopState(**self.state["loop"]) if self.state else LoopState(next_task=[0] * cfg.actors.num_actors)
-        self.learner_steps = int(self.state["learner_steps"]) if self.state else 0
+        self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
+        self.learner_steps = 0
+        if last:
+            self._counters(last)
         self.log = MetricsLogger(self.run_dir, tensorboard=False)   # TensorBoard would import TensorFlow
         self.log.write("config", step=self.loop.env_steps, config=config_lib.to_dict(cfg))
         self.log.write("placement", step=self.loop.env_steps, executor="beam",
@@ -122,8 +124,14 @@ class RoundLauncher:
         return json.loads(text)
 
     # -- rounds --------------------------------------------------------------------------------
+    def _counters(self, record: Dict[str, Any]) -> None:
+        """The loop counters a round record carries (progress and log steps; the summary's are final's)."""
+        for key in ("env_steps", "episodes", "policy_version", "best_return", "best_version"):
+            setattr(self.loop, key, record[key])
+        self.learner_steps = int(record["learner_steps"])
+
     def _done(self) -> bool:
-        return self.next_block >= self.plan.num_blocks or bool(self.state and self.state["stop"])
+        return self.next_block >= self.plan.num_blocks or bool(self.last and self.last["stop"])
 
     def run(self) -> Dict[str, Any]:
         from pipelines.energy import start_run_tracker
@@ -151,32 +159,31 @@ class RoundLauncher:
         return self._finish(start)
 
     def _account(self, record: Dict[str, Any], pipeline_s: float) -> None:
-        """metrics.jsonl records of a round's blocks (their counters are the learner stage's)."""
+        """metrics.jsonl records of a round (per-block detail stays in blocks/b*-learn.json)."""
         from pipelines import summary as summary_lib
-        from pipelines.flight import LoopState
-        for state in record["blocks"]:
-            loop = LoopState(**state["loop"])
-            for result in state.get("evaluated") or []:
-                summary_lib.log_evaluation(self.log, loop, result)
-            commit = state.get("commit")
-            if commit:
-                self.trajectory_bytes += int(commit.get("raw_bytes", 0))
-                self.recent = (self.recent + commit.get("returns_tail", []))[-20:]
-                self.lags += [(loop.policy_version - t[5], 0.0) for t in commit["tasks"]]
-                self.log.write("commit", step=loop.env_steps, log_version=commit["log_version"], shards=1,
-                               rows=commit["rows"], bytes=commit["nbytes"], block=state["block"],
-                               write_s=commit.get("write_s"))
-            if state.get("published"):
-                p = state["published"]
-                self.log.write("broadcast", step=state["learner_steps"], version=p["version"],
-                               payload_bytes=p["payload_bytes"], convert_seconds=p["convert_seconds"],
-                               precision=p["precision"])
-            for kind, step, fields in state.get("records") or []:
-                self.log.write(kind, step=step, **fields)
-            self.state, self.loop, self.learner_steps = state, loop, int(state["learner_steps"])
-        self.log.write("round", step=self.loop.env_steps, round=record["round"], blocks=len(record["blocks"]),
-                       first_block=record["first_block"], pipeline_s=pipeline_s, learner_steps=self.learner_steps,
-                       learner_workers=sorted({s["worker"] for s in record["blocks"] if s.get("worker")}))
+        self.last = record
+        self._counters(record)
+        for result in record["evaluated"]:
+            summary_lib.log_evaluation(self.log, self.loop, result)
+        commit = record["commit"]
+        self.trajectory_bytes += int(commit["raw_bytes"])
+        self.recent = (self.recent + commit["returns_tail"])[-20:]
+        lag_sum, lag_n = record["lag_versions"]
+        self.lags += [(lag_sum / lag_n, 0.0)] * lag_n if lag_n else []
+        if commit["shards"]:
+            self.log.write("commit", step=self.loop.env_steps, log_version=commit["log_version"],
+                           shards=commit["shards"], rows=commit["rows"], bytes=commit["bytes"],
+                           write_s=commit["write_s"])
+        if record["published"]:
+            p = record["published"]
+            self.log.write("broadcast", step=self.learner_steps, version=p["version"],
+                           payload_bytes=p["payload_bytes"], convert_seconds=p["convert_seconds"],
+                           precision=p["precision"], versions_this_round=record["versions_published"])
+        if record["loss"] is not None:
+            self.log.write("learner", step=self.learner_steps, loss=record["loss"])
+        self.log.write("round", step=self.loop.env_steps, round=record["round"], first_block=record["first_block"],
+                       last_block=record["last_block"], pipeline_s=pipeline_s, learn_s=record["learn_s"],
+                       learner_steps=self.learner_steps, learner_workers=record["learner_workers"])
 
     # -- end of run ------------------------------------------------------------------------------
     def _finish(self, start: float) -> Dict[str, Any]:
@@ -187,19 +194,16 @@ class RoundLauncher:
         from pipelines.executors import beam as beam_executor
         from pipelines.flight import LoopState
         wall = time.time() - start
-        block = self.next_block - 1
         fs, path = final_path(self.run_dir)
-        final = None
-        if fs.exists(path):
+        final = self._read((fs, path), "final") if fs.exists(path) else None
+        closes = (self.last["learned_through"], self.plan.num_blocks)
+        if final is None or (final.get("block"), final.get("num_blocks")) != closes:   # not closed by a round
+            last_block = self.last["last_block"]
+            beam_executor.run_pipeline(lambda p: build_finish(p, self.run_spec, last_block), self.options)
             final = self._read((fs, path), "final")
-        if final is None or final.get("block") != self.loop.block - 1:   # not closed by a round (a resume)
-            beam_executor.run_pipeline(lambda p: build_finish(p, self.run_spec, block), self.options)
-            final = self._read((fs, path), "final")
-        loop = LoopState(**final["loop"])
-        for result in final.get("evaluated") or []:
+        loop = LoopState(**final["loop"], next_task=[])
+        for result in final["evaluated"]:
             summary_lib.log_evaluation(self.log, loop, result)
-        for kind, step, fields in final.get("records") or []:
-            self.log.write(kind, step=step, **fields)
         payload = policy_files.describe(self.run_dir, loop.policy_version) or {"nbytes": 0}
         log_version = ReplayStore.open(urls.join(self.run_dir, "replay")).latest_version()
         summary = summary_lib.build_summary(self.cfg, self.run_dir, loop, final["learner_steps"], wall,
