@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -137,8 +138,21 @@ def load_state(block: int, run: BlockRun) -> Dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- actors
-def actor_doc_path(run_dir: str, actor: int) -> str:
-    return urls.join(run_dir, "blocks", "actors", f"a{int(actor):04d}.json")
+def actor_doc_path(run_dir: str, actor: int, task: int) -> str:
+    """Actor ``actor``'s state before task ``task`` (one file per round boundary: a re-run round reads its own)."""
+    return urls.join(run_dir, "blocks", "actors", f"a{int(actor):04d}-t{int(task):08d}.json")
+
+
+_ACTOR_DOC = re.compile(r"^a(\d{4})-t(\d{8})\.json$")
+
+
+def _drop_older_docs(run_dir: str, actor: int, before_task: int) -> None:
+    """Remove actor ``actor``'s documents of tasks before ``before_task`` (no round can need them again)."""
+    fs, path = urls.resolve(urls.join(run_dir, "blocks", "actors"))
+    for name in fs.ls(path, detail=False):
+        m = _ACTOR_DOC.match(name.rsplit("/", 1)[-1])    # names read back are validated before use
+        if m and int(m.group(1)) == actor and int(m.group(2)) < before_task:
+            fs.rm(f"{path}/{m.group(0)}")
 
 
 def load_actor(actor: int, first_block: int, run: BlockRun) -> Tuple[int, Optional[bytes]]:
@@ -154,34 +168,38 @@ def load_actor(actor: int, first_block: int, run: BlockRun) -> Tuple[int, Option
     if first_block == 0:
         return actor, ActorState(spec, task).snapshot()
     from core.actor_state import ActorStateError, loads, restore
-    fs, path = urls.resolve(actor_doc_path(run.run_dir, actor))
+    fs, path = urls.resolve(actor_doc_path(run.run_dir, actor, task))
     if not fs.exists(path):     # envs that cannot be captured (module docstring)
         return actor, None
     with fs.open(path) as f:
         doc = loads(f.read())
     if doc.get("task") != task or doc.get("actor") != actor:
-        raise ActorStateError(f"{actor_doc_path(run.run_dir, actor)} holds actor {doc.get('actor')!r} at task "
+        raise ActorStateError(f"{actor_doc_path(run.run_dir, actor, task)} holds actor {doc.get('actor')!r} at task "
                               f"{doc.get('task')!r}, expected actor {actor} at task {task} (block {first_block})")
     return actor, restore(spec, doc).snapshot()
 
 
-def _store_actor(run: BlockRun, actor: int, state) -> None:
-    """The actor's state as a document (core.actor_state); none for envs it cannot capture."""
+def _store_actor(run: BlockRun, actor: int, state, first_block: int) -> None:
+    """The actor's state as a document (core.actor_state) for the next round; none for envs it cannot capture.
+
+    Written once: a re-run round finds it (the same state, so nothing changes).
+    """
     from core.actor_state import ActorStateUnsupported, capture, dumps
-    fs, path = urls.resolve(actor_doc_path(run.run_dir, actor))
-    try:
-        text = dumps(capture(state))
-    except ActorStateUnsupported:
-        if fs.exists(path):
-            fs.rm(path)
-        return
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "w") as f:
-        f.write(text)
+    fs, path = urls.resolve(actor_doc_path(run.run_dir, actor, state.next_task))
+    if not fs.exists(path):
+        try:
+            text = dumps(capture(state))
+        except ActorStateUnsupported:
+            return
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(path + ".tmp", "w") as f:
+            f.write(text)
+        fs.mv(path + ".tmp", path)      # readers never see a partial document
+    _drop_older_docs(run.run_dir, actor, first_block * run.plan.tasks_per_block)
 
 
 def roll_block(item: Tuple[int, Optional[bytes]], block: int, version_state: Dict[str, Any], run: BlockRun,
-               last_of_round: bool) -> Tuple[int, Optional[bytes], List[Any]]:
+               first_of_round: int, last_of_round: bool) -> Tuple[int, Optional[bytes], List[Any]]:
     """Actor ``a``'s tasks of ``block``: ``(a, state bytes after them, [RolloutResult, ...])``.
 
     The state goes on to the next block's RollOut as pipeline data; after the
@@ -204,7 +222,7 @@ def roll_block(item: Tuple[int, Optional[bytes]], block: int, version_state: Dic
         results.append(rollout(state, payload, k, cfg.actors.steps_per_task, explore))
         state.next_task = k + 1
     if last_of_round:
-        _store_actor(run, actor, state)
+        _store_actor(run, actor, state, first_of_round)
     return actor, state.snapshot(), results
 
 
@@ -255,11 +273,32 @@ def _on_evaluation(run: BlockRun, loop, pending: List[Any]) -> Tuple[bool, Dict[
 # --------------------------------------------------------------------------- commit / learn
 def commit_block(state: Dict[str, Any], block: int, info: Optional[Dict[str, Any]], _evaluated: Sequence[Any],
                  run: BlockRun) -> Dict[str, Any]:
-    """The driver's ``_commit_next`` of ``block`` after State(block - 1); ``_evaluated``: ordering only."""
+    """The driver's ``_commit_next`` of ``block`` after State(block - 1); ``_evaluated``: ordering only.
+
+    The record is written before the commit-log entry: a re-run then never
+    rewrites the shard (Write<b> skips blocks with a record) and completes a
+    commit a crash interrupted (an idempotent log append).
+    """
     done = read_record(run.run_dir, block, "commit")
-    if done is not None:
-        return done
-    from core.replay import ReplayStore
+    if done is None:
+        done = write_record(run.run_dir, block, "commit", _decide_commit(state, block, info, run))
+    if done["commit"] is not None and done["commit"]["log_version"] is None:
+        from core.replay import ReplayStore
+        cfg = run.cfg
+        store = ReplayStore.open(run.store_url, **cfg.replay.writer_options())
+        log_version = stages.commit_stage(store, [done["commit"]["shard_id"]],
+                                          meta={"policy_version": done["commit"]["version"], "block": block},
+                                          retention_transitions=cfg.replay.retention_transitions)
+        if log_version % 100 == 0:    # the driver's occasional GC
+            stages.gc_stage(store, cfg.replay.gc_grace_s)
+        done["commit"]["log_version"] = log_version
+        write_record(run.run_dir, block, "commit", done)
+    return done
+
+
+def _decide_commit(state: Dict[str, Any], block: int, info: Optional[Dict[str, Any]],
+                   run: BlockRun) -> Dict[str, Any]:
+    """The evaluations due before ``block`` (best, stop) and, without a stop, its rows in the counters."""
     from pipelines.flight import LoopState
     plan, cfg = run.plan, run.cfg
     loop = LoopState(**state["loop"])
@@ -268,24 +307,17 @@ def commit_block(state: Dict[str, Any], block: int, info: Optional[Dict[str, Any
         decided, result = _on_evaluation(run, loop, pending.pop(0))
         stop |= decided
         evaluated.append(result)
-    out = {**state, "loop": dataclasses.asdict(loop), "pending_evals": pending, "stop": stop,
-           "evaluated": evaluated, "commit": None, "block": block - 1}
+    commit = None
     if not stop:
         if info is None:
             raise RuntimeError(f"block {block}: no shard was written for it")
-        store = ReplayStore.open(run.store_url, **cfg.replay.writer_options())
-        version = info["tasks"][0][5]
-        log_version = stages.commit_stage(store, [info["shard_id"]], meta={"policy_version": version, "block": block},
-                                          retention_transitions=cfg.replay.retention_transitions)
-        if log_version % 100 == 0:    # the driver's occasional GC
-            stages.gc_stage(store, cfg.replay.gc_grace_s)
         loop.env_steps += info["rows"]
         loop.shard_seq = block + 1
         loop.episodes += info.get("episodes", 0)
         loop.next_task = [(block + 1) * plan.tasks_per_block] * cfg.actors.num_actors
-        out["loop"] = dataclasses.asdict(loop)
-        out["commit"] = {**info, "log_version": log_version, "version": version}
-    return write_record(run.run_dir, block, "commit", out)
+        commit = {**info, "log_version": None, "version": info["tasks"][0][5]}
+    return {**state, "loop": dataclasses.asdict(loop), "pending_evals": pending, "stop": stop,
+            "evaluated": evaluated, "commit": commit, "block": block - 1}
 
 
 def learn_block(state: Dict[str, Any], block: int, run: BlockRun) -> Dict[str, Any]:
@@ -430,7 +462,7 @@ def build_block_round(pipeline, run: BlockRun, round_index: int, first: int, las
     for b in range(first, last + 1):
         rolled = actors | f"RollOut{b}" >> beam.Map(counted(roll_block, sink), b,
                                                      beam.pvalue.AsSingleton(state(plan.policy_block(b), f"RollOut{b}")), run,
-                                                     b == last)
+                                                     first, b == last)
         actors = rolled | f"Carry{b}" >> beam.Map(lambda t: (t[0], t[1]))
         info = (rolled
                 | f"Results{b}" >> beam.Map(lambda t: t[2])
