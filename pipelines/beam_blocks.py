@@ -10,7 +10,7 @@ and committed replay on all of them. A round pipeline holds blocks
       RollOut<b>            actor a's tasks of block b (plan.tasks), acting with the version of
                             State(policy_block(b)) (a side input; the payload is read by path), from
                             actor a's state after block b-1: pipeline data (RollOut<b-1>'s output),
-                            at b0 the stored document blocks/actors/a<a>.json (core.actor_state)
+                            at b0 the stored document blocks/actors/a<a>-t<task>.json (core.actor_state)
       Write<b>              the block's results, actor-major -> uncommitted shard s<b> (one writer)
       Commit<b>             after State(b-1): the evaluations of blocks <= b - STOP_DELAY decide,
                             in order (best version, stop); no stop -> one commit entry for s<b>
@@ -36,6 +36,13 @@ from seeds at a round's first block (fault-tolerant, not bit-identical).
 On the DirectRunner the stages of a chain run one after another (it runs
 one fused stage at a time), so actors do not overlap the learner here;
 Dataflow may run Evaluate and the next block's rollouts beside Learn.
+
+Where Beam differs from the driver, on purpose: evaluations are numbered
+(seeded) from block 0 of the plan, also after ``--resume`` (the driver
+counts from 1 again when it resumes), so a resumed Beam run is
+bit-identical to an uninterrupted one; a run's policy lag is reported in
+versions only (``mean_policy_lag_s`` is 0: a round's stages share one
+pipeline and no stage sees another's clock).
 """
 from __future__ import annotations
 

@@ -15,8 +15,9 @@ run anywhere that reaches the run directory and the runner::
 
 ``blocks_per_round`` trades pipeline start-up (seconds per pipeline on the
 DirectRunner) against the job graph's size (a fixed number of transforms per
-block; Dataflow caps a job request at 20 MB). The default was measured on
-the default run (``benchmarks``-free: see :data:`BLOCKS_PER_ROUND`).
+block, ~50 KB each; Dataflow caps a job request at 20 MB): see
+:data:`BLOCKS_PER_ROUND`, and ``--blocks_per_round N`` among the pipeline
+options (:func:`pipelines.rounds.blocks_per_round_arg`).
 
 Resume: the rounds' records say which blocks are done; every block's
 learner state, actor states and stage records are durable (pipelines.beam_blocks),

@@ -322,3 +322,30 @@ def test_round_writes_commits_once_and_a_rerun_changes_nothing(tmp_path, payload
     _run_round(plan, payload)                                            # a re-run round (or retried bundle)
     state = store.state()
     assert store.latest_version() == 1 and sorted(state.live) == record["shards"] and state.rows == 128
+
+
+# -- the plan's rules, as Beam applies them ----------------------------------------------------
+def test_evaluation_blocks_follow_the_driver_rule():
+    """The driver evaluates after a block whose rows reach the next multiple of eval.every_env_steps
+    (once the learner has stepped); Beam places Evaluate<b> stages by the same rule, numbered for seeds."""
+    from core.config import load_config
+    from pipelines.plan import TrainingPlan
+    settings = ["total_env_steps=4096", "eval.every_env_steps=2048"]          # test_determinism's
+    assert TrainingPlan.from_config(load_config(overrides=settings)).evaluation_blocks(2048) == {1: 1, 3: 2}
+    default = TrainingPlan.from_config(load_config())                          # 1,024-row blocks, every 4,000
+    assert list(default.evaluation_blocks(4000).items())[:5] == [(3, 1), (7, 2), (11, 3), (15, 4), (19, 5)]
+    tiny = TrainingPlan.from_config(_tiny_config(total_env_steps=4 * 128))
+    assert tiny.evaluation_blocks(100) == {0: 1, 1: 2, 2: 3, 3: 4}     # every block crosses a multiple of 100
+    late = TrainingPlan.from_config(_tiny_config(total_env_steps=4 * 128, replay={"min_size": 300}))
+    assert late.evaluation_blocks(128) == {2: 1, 3: 2}                 # no learner step before 300 rows
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-1"])
+def test_bad_blocks_per_round_is_one_line_and_exit_2(tmp_path, capsys, value):
+    from pipelines.train import main
+    run_dir = tmp_path / "never-created"
+    code = main(["--executor", "beam", "--run-dir", str(run_dir), "--no-progress", "--blocks_per_round", value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: --blocks_per_round {value!r} is not valid; valid: an integer >= 1")
+    assert not run_dir.exists()
