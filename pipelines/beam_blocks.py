@@ -47,7 +47,6 @@ pipeline and no stage sees another's clock).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import socket
@@ -60,6 +59,8 @@ from core import urls
 from core.rollout import ActorSpec
 from core.stage_cpu import counted
 from pipelines import policy_files, stages
+from pipelines.beam_records import (eval_digest, final_path, read_json, read_record, round_digest, round_path,
+                                    write_json, write_record)
 from pipelines.plan import TrainingPlan
 
 
@@ -82,30 +83,6 @@ class BlockRun:
 
     def evaluations(self) -> Dict[int, int]:
         return self.plan.evaluation_blocks(self.cfg.eval.every_env_steps)
-
-
-# --------------------------------------------------------------------------- durable records
-def record_path(run_dir: str, block: int, kind: str) -> Tuple[Any, str]:
-    """``blocks/b<block>-<kind>.json`` (block -1: ``blocks/start.json``)."""
-    fs, path = urls.resolve(run_dir)
-    name = "start" if block < 0 else f"b{int(block):08d}-{kind}"
-    return fs, f"{path}/blocks/{name}.json"
-
-
-def write_record(run_dir: str, block: int, kind: str, data: Dict[str, Any]) -> Dict[str, Any]:
-    fs, path = record_path(run_dir, block, kind)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "w") as f:
-        json.dump(data, f)
-    return data
-
-
-def read_record(run_dir: str, block: int, kind: str) -> Optional[Dict[str, Any]]:
-    fs, path = record_path(run_dir, block, kind)
-    if not fs.exists(path):
-        return None
-    with fs.open(path) as f:
-        return json.load(f)
 
 
 def _version_of(state: Dict[str, Any]) -> int:
@@ -364,12 +341,9 @@ def finish_run(state: Dict[str, Any], run: BlockRun) -> Dict[str, Any]:
     from pipelines.beam_learner import learner_for
     from pipelines.flight import LoopState
     block = int(state["loop"]["block"]) - 1
-    fs, path = final_path(run.run_dir)
-    if fs.exists(path):              # a re-run round: closed already (a longer resumed run closes again)
-        with fs.open(path) as f:
-            done = json.load(f)
-        if done.get("block") == block and done.get("num_blocks") == run.plan.num_blocks:
-            return done
+    done = read_json(final_path(run.run_dir))
+    if done is not None and (done.get("block"), done.get("num_blocks")) == (block, run.plan.num_blocks):
+        return done                  # a re-run round: closed already (a longer resumed run closes again)
     loop = LoopState(**state["loop"])
     evaluated = [_on_evaluation(run, loop, p)[1] for p in state["pending_evals"]]
     learner = learner_for(run.cfg, run.run_dir)
@@ -378,57 +352,8 @@ def finish_run(state: Dict[str, Any], run: BlockRun) -> Dict[str, Any]:
     # The launcher reads this: the summary's counters and final evaluation, nothing per block.
     loop_out = {k: v for k, v in dataclasses.asdict(loop).items() if k != "next_task"}
     final = {"final": out["final"], "learner_steps": out["steps"], "loop": loop_out,
-             "evaluated": [_eval_digest(r) for r in evaluated], "block": block, "num_blocks": run.plan.num_blocks}
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "w") as f:
-        json.dump(final, f)
-    return final
-
-
-def final_path(run_dir: str) -> Tuple[Any, str]:
-    fs, path = urls.resolve(run_dir)
-    return fs, f"{path}/rounds/final.json"
-
-
-def round_path(run_dir: str, round_index: int) -> Tuple[Any, str]:
-    fs, path = urls.resolve(run_dir)
-    return fs, f"{path}/rounds/r{int(round_index):06d}.json"
-
-
-def _eval_digest(result: Dict[str, Any]) -> Dict[str, Any]:
-    keys = ("version", "mean", "std", "min", "confirmed_mean", "env_steps")
-    return {k: (round(result[k], 3) if isinstance(result.get(k), float) else result.get(k)) for k in keys}
-
-
-def round_digest(round_index: int, blocks: List[Dict[str, Any]], done: bool) -> Dict[str, Any]:
-    """All the launcher reads of a round: counters and totals, a few hundred bytes whatever its length.
-
-    The blocks' full states stay in ``blocks/b<b>-learn.json`` (durable, for
-    resume and inspection); the launcher logs one ``commit`` record per round.
-    """
-    last = blocks[-1]
-    loop = last["loop"]
-    commits = [s["commit"] for s in blocks if s.get("commit")]
-    published = [s["published"] for s in blocks if s.get("published")]
-    losses = [r[2]["loss"] for s in blocks for r in s.get("records") or [] if r[0] == "learner"]
-    lags = [loop_version - t[5] for s in blocks if s.get("commit")
-            for loop_version in [s["loop"]["policy_version"]] for t in s["commit"]["tasks"]]
-    return {"round": round_index, "first_block": blocks[0]["block"], "last_block": last["block"],
-            "done": bool(done), "stop": bool(last["stop"]), "learned_through": loop["block"] - 1,
-            "env_steps": loop["env_steps"], "learner_steps": last["learner_steps"], "episodes": loop["episodes"],
-            "policy_version": loop["policy_version"], "best_return": loop["best_return"],
-            "best_version": loop["best_version"],
-            "commit": {"shards": len(commits), "rows": sum(c["rows"] for c in commits),
-                       "bytes": sum(c["nbytes"] for c in commits), "raw_bytes": sum(c["raw_bytes"] for c in commits),
-                       "log_version": commits[-1]["log_version"] if commits else None,
-                       "write_s": round(sum(c.get("write_s") or 0.0 for c in commits), 4),
-                       "returns_tail": [r for c in commits for r in c["returns_tail"]][-10:]},
-            "lag_versions": [sum(lags), len(lags)],
-            "evaluated": [_eval_digest(r) for s in blocks for r in s.get("evaluated") or []],
-            "published": published[-1] if published else None, "versions_published": len(published),
-            "loss": round(losses[-1], 5) if losses else None,
-            "learn_s": round(sum(s.get("learn_s") or 0.0 for s in blocks), 3),
-            "learner_workers": sorted({s["worker"] for s in blocks if s.get("worker")})}
+             "evaluated": [eval_digest(r) for r in evaluated], "block": block, "num_blocks": run.plan.num_blocks}
+    return write_json(final_path(run.run_dir), final)
 
 
 def end_round(last: Dict[str, Any], round_index: int, learned: List[Dict[str, Any]], _evaluated: Sequence[Any],
@@ -437,12 +362,8 @@ def end_round(last: Dict[str, Any], round_index: int, learned: List[Dict[str, An
     done = last["stop"] or last["block"] >= run.plan.num_blocks - 1
     if done:
         finish_run(last, run)
-    record = round_digest(round_index, sorted(learned, key=lambda s: s["block"]), done)
-    fs, path = round_path(run.run_dir, round_index)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "w") as f:
-        json.dump(record, f)
-    return record
+    return write_json(round_path(run.run_dir, round_index),
+                      round_digest(round_index, sorted(learned, key=lambda s: s["block"]), done))
 
 
 # --------------------------------------------------------------------------- the pipeline

@@ -32,7 +32,6 @@ Example::
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -43,7 +42,8 @@ from core import config as config_lib
 from core import urls
 from core.rollout import ActorSpec
 from pipelines import policy_files
-from pipelines.beam_blocks import BlockRun, build_block_round, build_finish, final_path, round_path
+from pipelines.beam_blocks import BlockRun, build_block_round, build_finish
+from pipelines.beam_records import final_path, round_path
 from pipelines.energy import stage_cpu_sink
 from pipelines.plan import TrainingPlan
 

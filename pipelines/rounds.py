@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
