@@ -27,10 +27,11 @@ exploration by the block's planned env steps, evaluation blocks and seeds,
 graph has a fixed number of transforms per block, so its size grows with
 ``blocks_per_round``, never with the run length.
 
-Idempotent: every stage first looks for its own record (blocks/b<b>-commit.json,
--learn.json, -eval.json; written last) and returns it, so a retried bundle
-or a re-run round changes nothing (a shard is never rewritten once its
-commit record exists). Actor state crosses rounds as data, never a pickle:
+Idempotent: every stage first looks for its own record
+(:mod:`pipelines.beam_records`; Learn's and Evaluate's are written last,
+Commit's just before its log entry, which a re-run completes) and returns
+it, so a retried bundle or a re-run round changes nothing, and a shard is
+never rewritten once its commit record exists. Actor state crosses rounds as data, never a pickle:
 core.actor_state documents; envs whose state cannot be captured rebuild
 from seeds at a round's first block (fault-tolerant, not bit-identical).
 On the DirectRunner the stages of a chain run one after another (it runs

@@ -87,21 +87,16 @@ def record_path(run_dir: str, round_index: int, kind: str = "") -> Tuple[Any, st
     return fs, f"{path}/rounds/r{round_index:06d}{'-' + kind if kind else ''}.json"
 
 
-def final_record_path(run_dir: str) -> Tuple[Any, str]:
-    fs, path = urls.resolve(run_dir)
-    return fs, f"{path}/rounds/final.json"
-
-
 def _write_json(run_dir: str, round_index: int, kind: str, data: Dict[str, Any]) -> None:
-    fs, path = record_path(run_dir, round_index, kind) if kind != "final" else final_record_path(run_dir)
+    fs, path = record_path(run_dir, round_index, kind)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(path, "w") as f:
         json.dump(data, f)
 
 
 def read_record(run_dir: str, round_index: int, kind: str = "") -> Optional[Dict[str, Any]]:
-    """A round's JSON record (kind "", "eval", "learn"; "final" ignores ``round_index``), or None."""
-    fs, path = record_path(run_dir, round_index, kind) if kind != "final" else final_record_path(run_dir)
+    """A rollout-only round's JSON record (kind "" or "eval"), or None."""
+    fs, path = record_path(run_dir, round_index, kind)
     if not fs.exists(path):
         return None
     with fs.open(path) as f:

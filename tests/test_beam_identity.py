@@ -57,6 +57,14 @@ def test_beam_run_in_one_round_is_bit_identical_to_the_local_run(local_run, beam
     assert 0 < run[0]["driver_bytes_in_per_env_step"] < 0.01 * run[0]["trajectory_bytes_per_env_step"]
 
 
+def test_beam_run_on_the_in_memory_runner_is_bit_identical_to_the_local_run(local_run, tmp_path):
+    """One process runs every stage: the learner stays in memory from block to block (no restore)."""
+    run = _beam(tmp_path, "mem", ["--direct_running_mode", "in_memory"])
+    workers = {json.load(open(os.path.join(run[1], "blocks", f"b{b:08d}-learn.json")))["worker"] for b in range(4)}
+    assert workers == {f"{os.uname().nodename} pid {os.getpid()}"}
+    _assert_same_run(local_run, run, "local vs beam (in_memory runner)")
+
+
 def test_beam_run_across_rounds_is_bit_identical_to_the_local_run(local_run, tmp_path):
     """2 blocks per round: block 2's learner restores from beam/learner, its actors from their documents."""
     run = _beam(tmp_path, "beam2", [*DIRECT, "--blocks_per_round", "2"])
