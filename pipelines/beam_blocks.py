@@ -31,9 +31,14 @@ Idempotent: every stage first looks for its own record
 (:mod:`pipelines.beam_records`; Learn's and Evaluate's are written last,
 Commit's just before its log entry, which a re-run completes) and returns
 it, so a retried bundle or a re-run round changes nothing, and a shard is
-never rewritten once its commit record exists. Actor state crosses rounds as data, never a pickle:
-core.actor_state documents; envs whose state cannot be captured rebuild
-from seeds at a round's first block (fault-tolerant, not bit-identical).
+never rewritten once its commit record exists.
+
+Actor state: within a round, ``ActorState.snapshot()`` bytes as pipeline
+data (in memory; Beam encodes elements between stages); across rounds,
+``core.actor_state`` documents (JSON data, never a pickle on disk; ids and
+tasks read back are checked against the plan). Envs whose state cannot be
+captured (native emulator or physics handles) are rebuilt from seeds with a
+new incarnation where the state is missing: fault-tolerant, not bit-identical.
 On the DirectRunner the stages of a chain run one after another (it runs
 one fused stage at a time), so actors do not overlap the learner here;
 Dataflow may run Evaluate and the next block's rollouts beside Learn.
