@@ -1,16 +1,31 @@
-"""Training as rounds: one Apache Beam pipeline per round (``--executor beam``).
+"""Rounds as Beam pipelines (``--executor beam``): the entry point, and rollout-only rounds.
 
-Each round reads only durable state (the run directory) and leaves only
-durable state behind, so a retried bundle, a re-run round or a restarted
-launcher does no harm and nothing relies on the launcher's memory. The
-learner is a stage of the round's pipeline (:mod:`pipelines.beam_learner`),
-so the launcher (:mod:`pipelines.round_launcher`) only builds and submits
-pipelines and reads JSON records: it imports neither TensorFlow nor LiteRT
-and needs no accelerator::
+:func:`train_in_rounds` runs a training run as round pipelines of the
+plan's blocks (:mod:`pipelines.round_launcher` submits them,
+:mod:`pipelines.beam_blocks` builds them, :mod:`pipelines.beam_learner` is
+their learner stage). Local, Dask and Beam run the same
+:mod:`pipelines.plan` schedule, so a config and seed give bit-identical
+learner parameters and committed replay on all of them
+(tests/test_beam_identity.py).
+
+Reproducibility, in detail: a Beam round holds ``blocks_per_round``
+consecutive plan blocks; block ``b``'s tasks are ``plan.tasks(b)`` into shard
+``s<b>``, acting with the version published after learner block
+``b - 1 - policy_lag`` (one version per ``broadcast_period`` learner steps,
+as the driver publishes them); actors keep their env state from task to task
+(pipeline data within a round, ``core.actor_state`` documents across
+rounds); the learner trains the plan's ``steps_per_call`` calls with
+``sampler_rng(b)`` from its exact state after block ``b - 1``; evaluation
+blocks, seeds, the stop rule (``STOP_DELAY``), best-version keeping and
+checkpoint cadence are the driver's.
+
+:class:`RoundPlan` / :func:`build_round` remain as a rollout-only round
+(one task per actor, shards ``r<round>-g<group>``, one commit, an optional
+evaluation; no learner): what ``benchmarks/round_overhead.py`` measures and
+tests of stage CPU accounting use::
 
     round pipeline r (Beam):
-        Policy/Publish  the path of policy v = r + 1 (written by round r-1's learner stage; a new
-                        run's round 0 quantizes the initial network); a side input, never the bytes
+        Policy/Publish  the path of the round's policy (a side input, never the bytes)
         CreateTasks     one element per actor
         Reshuffle       to prevent fusion: rollouts spread over workers
         RollOut         run_rollout_task(actor, payload read from its path, task_index=round)
@@ -19,53 +34,19 @@ and needs no accelerator::
         WriteShards     write_shard_stage: uncommitted zarr shard (a retry overwrites it)
         ToList          all shard infos of the round on one worker ...
         Commit          ... one commit-log entry (idempotent) + rounds/r<round>.json
-        Learn           restore the latest checkpoint, keep the best (evaluation side input), train
-                        K = replay_ratio * committed_rows - learner_steps steps, checkpoint,
-                        publish policy v + 1 -> rounds/r<round>-learn.json (loop counters)
-        FinishIfLast    after the run's last learner block, in the same worker: best parameters,
-                        final evaluation -> rounds/final.json
-      and, on evaluation rounds, in parallel with the rollouts:
-        CreateEval -> Evaluate -> rounds/r<round>-eval.json   (an input of Learn)
-    (a resumed run whose last round has no final record: one pipeline of Finish alone)
-
-The checkpoint names the last finished round and carries the loop
-counters, so ``--resume`` (or a crash) restarts at the first unfinished
-round. Policies travel by path (:mod:`pipelines.policy_files`): ActorQ-size
-payloads (8.6-34 MB) would otherwise be part of every job request.
-
-Cost of the learner as a stage: a DirectRunner (or Dataflow) worker process
-lives for one pipeline, so each round's Learn imports TensorFlow, builds the
-learner and reloads the replay cache from the commit log.
-
-Episodes and rounds: Beam worker processes do not survive a pipeline, so
-actors rebuild their envs each round (seeded by round, see
-:mod:`core.rollout`) and a training episode lasts at most
-``actors.steps_per_task`` steps. Choose ``steps_per_task`` at least as long
-as the episodes that matter (the in-memory runner keeps envs between rounds).
-
-Reproducibility: a Beam run is a function of config + seed (rollouts seeded
-by ``(seed, actor, round)``, the learner's sampler by ``(seed, 11, round)``,
-TF op determinism on), but it is not yet the :mod:`pipelines.plan` schedule
-that local and Dask run, so it is not bit-identical to them: a round is one
-task per actor (a plan block is ``tasks_per_block`` of them, shard
-``s<block>``), every round acts with the newest version (the plan: the
-version after learner block ``b - 1 - policy_lag``, one per
-``broadcast_period`` steps), actors restart each round (the plan carries env
-state), the learner trains in 128-step calls with its own RNG stream (the
-plan: ``steps_per_call``, ``sampler_rng(b)``), and evaluation seeds,
-checkpoint cadence and the stop rule (``STOP_DELAY``) differ.
+      and, with ``evaluate``: CreateEval -> Evaluate -> rounds/r<round>-eval.json
 
 Example::
 
     summary = train_in_rounds(cfg, "gs://bucket/runs/a",
                               ["--runner", "DataflowRunner", "--project", "p", "--region", "us-central1",
-                               "--temp_location", "gs://bucket/tmp", "--setup_file", "./setup.py"])
+                               "--temp_location", "gs://bucket/tmp", "--setup_file", "./setup.py",
+                               "--blocks_per_round", "8"])
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
@@ -74,7 +55,6 @@ from core import urls
 from core.rollout import ActorSpec, RolloutResult, run_rollout_task
 from core.stage_cpu import counted
 from pipelines import policy_files, stages
-from pipelines.beam_learner import LearnPlan
 
 
 # --------------------------------------------------------------------------- the round plan
@@ -92,7 +72,6 @@ class RoundPlan:
     eval_args: Tuple[Any, ...] = ()          # run_evaluation_task(payload, *eval_args)
     writer_options: Tuple[Tuple[str, Any], ...] = ()   # cfg.replay.writer_options(), as items
     cpu_sink: str = ""                       # stages record their process CPU here (core.stage_cpu)
-    learn: Optional[LearnPlan] = None        # None: rollouts + commit only (tests, benchmarks)
 
     @property
     def store_url(self) -> str:
@@ -108,21 +87,16 @@ def record_path(run_dir: str, round_index: int, kind: str = "") -> Tuple[Any, st
     return fs, f"{path}/rounds/r{round_index:06d}{'-' + kind if kind else ''}.json"
 
 
-def final_record_path(run_dir: str) -> Tuple[Any, str]:
-    fs, path = urls.resolve(run_dir)
-    return fs, f"{path}/rounds/final.json"
-
-
 def _write_json(run_dir: str, round_index: int, kind: str, data: Dict[str, Any]) -> None:
-    fs, path = record_path(run_dir, round_index, kind) if kind != "final" else final_record_path(run_dir)
+    fs, path = record_path(run_dir, round_index, kind)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(path, "w") as f:
         json.dump(data, f)
 
 
 def read_record(run_dir: str, round_index: int, kind: str = "") -> Optional[Dict[str, Any]]:
-    """A round's JSON record (kind "", "eval", "learn"; "final" ignores ``round_index``), or None."""
-    fs, path = record_path(run_dir, round_index, kind) if kind != "final" else final_record_path(run_dir)
+    """A rollout-only round's JSON record (kind "" or "eval"), or None."""
+    fs, path = record_path(run_dir, round_index, kind)
     if not fs.exists(path):
         return None
     with fs.open(path) as f:
@@ -131,14 +105,10 @@ def read_record(run_dir: str, round_index: int, kind: str = "") -> Optional[Dict
 
 # --------------------------------------------------------------------------- stage functions (worker side)
 def publish_round_policy(version: int, plan: RoundPlan) -> str:
-    """The path of the round's policy; quantized by the learner stage only if not written yet."""
-    if policy_files.exists(plan.run_dir, version):       # the usual case: no TensorFlow here
-        return policy_files.payload_path(plan.run_dir, version)
-    if plan.learn is None:
-        raise FileNotFoundError(f"round {plan.round}: no policy v{version} under "
-                                f"{urls.join(plan.run_dir, 'policies')} and no learner in the plan to publish it")
-    from pipelines.beam_learner import stage_for
-    return stage_for(plan.learn.cfg, plan.run_dir).publish(version)
+    """The path of the round's policy (written before the pipeline runs)."""
+    if not policy_files.exists(plan.run_dir, version):
+        raise FileNotFoundError(f"round {plan.round}: no policy v{version} under {urls.join(plan.run_dir, 'policies')}")
+    return policy_files.payload_path(plan.run_dir, version)
 
 
 def rollout_round_task(actor_id: int, plan: RoundPlan, policy_path: str) -> RolloutResult:
@@ -185,33 +155,6 @@ def evaluate_round(_: int, plan: RoundPlan, policy_path: str) -> Dict[str, Any]:
     result = stages.run_evaluation_task(policy_files.read_payload(policy_path), *plan.eval_args)
     _write_json(plan.run_dir, plan.round, "eval", result)
     return result
-
-
-def learn_round(record: Dict[str, Any], plan: RoundPlan, evaluations: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    """The round's learner block (:mod:`pipelines.beam_learner`); result -> rounds/r<round>-learn.json."""
-    from pipelines.beam_learner import stage_for
-    t0 = time.time()
-    stage = stage_for(plan.learn.cfg, plan.run_dir)   # a fresh worker: imports TensorFlow, builds the learner
-    setup_s = time.time() - t0
-    result = stage.learn(plan.round, record, evaluations[0] if evaluations else None, plan.learn.started_at)
-    result = {**result, "setup_s": setup_s}
-    _write_json(plan.run_dir, plan.round, "learn", result)
-    return result
-
-
-def finish_run(_: int, run_dir: str, learn: LearnPlan, last_round: int) -> Dict[str, Any]:
-    """The run's final evaluation (best parameters) after round ``last_round`` -> rounds/final.json."""
-    from pipelines.beam_learner import stage_for
-    result = {**stage_for(learn.cfg, run_dir).finish(), "round": last_round}
-    _write_json(run_dir, -1, "final", result)
-    return result
-
-
-def finish_if_last(learned: Dict[str, Any], plan: RoundPlan) -> Optional[Dict[str, Any]]:
-    """:func:`finish_run` right after the run's last learner block (fused with Learn: same process)."""
-    if learned["stop"] or learned["loop"]["env_steps"] >= plan.learn.cfg.total_env_steps:
-        return finish_run(0, plan.run_dir, plan.learn, plan.round)
-    return None
 
 
 # --------------------------------------------------------------------------- transforms
@@ -266,33 +209,19 @@ def build_round(pipeline, plan: RoundPlan, payload=None) -> None:
     """
     if payload is not None:
         policy_files.write_payload(plan.run_dir, payload, plan.policy_version)
-    publish = counted(publish_round_policy, plan.cpu_sink) if plan.learn else publish_round_policy
     policy = beam.pvalue.AsSingleton(pipeline
                                      | "Policy" >> beam.Create([plan.policy_version])
-                                     | "Publish" >> beam.Map(publish, plan))
+                                     | "Publish" >> beam.Map(publish_round_policy, plan))
     record = (pipeline
               | "CreateTasks" >> beam.Create(list(range(len(plan.actor_specs))))
               | "RollOut" >> RollOut(plan, policy)
               | "WriteShards" >> WriteShards(plan)
               | "CommitShards" >> CommitShards(plan))
-    evaluations = None
+    del record   # the commit writes its own record
     if plan.evaluate:
-        evaluations = (pipeline
-                       | "CreateEval" >> beam.Create([plan.round])
-                       | "Evaluate" >> beam.Map(counted(evaluate_round, plan.cpu_sink), plan, policy))
-    if plan.learn is not None:
-        # After the commit; the evaluation decides the best version from the restored parameters.
-        side = beam.pvalue.AsList(evaluations) if evaluations is not None else []
-        (record
-         | "Learn" >> beam.Map(counted(learn_round, plan.cpu_sink), plan, side)
-         | "FinishIfLast" >> beam.Map(counted(finish_if_last, plan.cpu_sink), plan))
-
-
-def build_finish(pipeline, run_dir: str, learn: LearnPlan, last_round: int, cpu_sink: str = "") -> None:
-    """A pipeline of the final evaluation alone (a resumed run whose last round has no final record)."""
-    (pipeline
-     | "CreateFinal" >> beam.Create([0])
-     | "Finish" >> beam.Map(counted(finish_run, cpu_sink), run_dir, learn, last_round))
+        (pipeline
+         | "CreateEval" >> beam.Create([plan.round])
+         | "Evaluate" >> beam.Map(counted(evaluate_round, plan.cpu_sink), plan, policy))
 
 
 # --------------------------------------------------------------------------- entry point
@@ -303,9 +232,38 @@ def train_in_rounds(cfg, run_dir: str, pipeline_args: Sequence[str], progress: b
     from pipelines.executors import beam as beam_executor
     from pipelines.round_launcher import RoundLauncher
     run_dir = urls.normalize(run_dir)
+    pipeline_args, blocks_per_round = blocks_per_round_arg(pipeline_args)
     options = beam_executor.pipeline_options(pipeline_args, run_dir)   # rejects bad runner/run dir first
     if beam_executor.is_local_runner(pipeline_args):
         import os
         for k, v in _thread_env(cfg).items():   # inherited by DirectRunner worker processes
             os.environ.setdefault(k, v)
-    return RoundLauncher(cfg, run_dir, options, progress, resume).run()
+    return RoundLauncher(cfg, run_dir, options, progress, resume, blocks_per_round).run()
+
+
+def blocks_per_round_arg(pipeline_args: Sequence[str]) -> Tuple[List[str], int]:
+    """``--blocks_per_round N`` (ours, not Beam's) taken out of the pipeline options; default the launcher's.
+
+    Raises:
+        ConfigError: N is not an integer >= 1.
+    """
+    from core.config import ConfigError
+    from pipelines.round_launcher import BLOCKS_PER_ROUND
+    args, value, i = list(pipeline_args), None, 0
+    while i < len(args):
+        a = args[i]
+        if a == "--blocks_per_round" or a.startswith("--blocks_per_round="):
+            if "=" in a:
+                value = a.split("=", 1)[1]
+                del args[i]
+            else:
+                value = args[i + 1] if i + 1 < len(args) else ""
+                del args[i:i + 2]
+            continue
+        i += 1
+    if value is None:
+        return args, BLOCKS_PER_ROUND
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"--blocks_per_round {value!r} is not valid; valid: an integer >= 1 "
+                          f"(plan blocks per round pipeline, default {BLOCKS_PER_ROUND})")
+    return args, int(value)

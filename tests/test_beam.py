@@ -20,29 +20,40 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from core import config as config_lib  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from core.rollout import ActorSpec  # noqa: E402
-from pipelines import rounds  # noqa: E402
+from pipelines import policy_files, rounds  # noqa: E402
 from pipelines.executors import beam as beam_executor  # noqa: E402
 
 DATAFLOW_ARGS = ["--runner", "DataflowRunner", "--project", "my-project", "--region", "europe-west4",
                  "--temp_location", "gs://my-bucket/tmp", "--job_name", "databloom-test"]
 
 
-def _plan(run_dir, round_index=0, evaluate=False, num_actors=2, learn=None):
+def _plan(run_dir, round_index=0, evaluate=False, num_actors=2):
     specs = tuple(ActorSpec("test-run", "CartPole-v1", 4, 0, a) for a in range(num_actors))
     return rounds.RoundPlan(run_dir, round_index, specs, tuple({"epsilon": 0.5} for _ in specs),
                             steps_per_task=16, actors_per_shard=1, policy_version=round_index + 1,
-                            evaluate=evaluate, eval_args=("CartPole-v1", 4, 123, None, "epsilon_greedy", 475.0, 0),
-                            learn=learn)
+                            evaluate=evaluate, eval_args=("CartPole-v1", 4, 123, None, "epsilon_greedy", 475.0, 0))
 
 
-def _learn_plan(**overrides):
-    """A LearnPlan of a tiny CartPole run (``replay.min_size`` within one 2 x 4 x 16-row round)."""
+def _tiny_config(**overrides):
+    """A tiny CartPole run: blocks of 2 x 4 x 16 = 128 rows, ``replay.min_size`` within the first block."""
     data = {"executor": "beam", "seed": 0, "total_env_steps": 256, "env": {"num_envs": 4},
             "agent": {"hidden": [16]}, "actors": {"num_actors": 2, "steps_per_task": 16},
-            "replay": {"min_size": 64}, "learner": {"replay_ratio": 0.5}}
+            "replay": {"min_size": 64, "shard_max_rows": 128}, "learner": {"replay_ratio": 0.5},
+            "eval": {"every_env_steps": 128, "episodes": 2, "confirm_episodes": 0}}
     for key, value in overrides.items():
-        data.setdefault(key, {}).update(value)
-    return rounds.LearnPlan(config_lib.from_dict(data), started_at=0.0)
+        if isinstance(value, dict):
+            data.setdefault(key, {}).update(value)
+        else:
+            data[key] = value
+    return config_lib.from_dict(data)
+
+
+def _block_run(run_dir, **overrides):
+    """A :class:`pipelines.beam_blocks.BlockRun` of :func:`_tiny_config`."""
+    from pipelines.beam_blocks import BlockRun
+    cfg = _tiny_config(**overrides)
+    specs = tuple(ActorSpec("test-run", "CartPole-v1", 4, 0, a) for a in range(2))
+    return BlockRun(cfg, run_dir, specs)
 
 
 def _fake_payload(nbytes, version=1):
@@ -147,14 +158,13 @@ def test_round_pipeline_translates_to_a_dataflow_job_request():
 ACTORQ_INT8_BYTES = 8_600_000     # ActorQ's 3 x 2048 MLP at int8 (fp32: 34 MB)
 
 
-@pytest.mark.parametrize("with_learner", [False, True])
-def test_round_graph_does_not_embed_the_policy_payload(tmp_path, with_learner):
+def test_round_graph_does_not_embed_the_policy_payload(tmp_path):
     """An 8.6 MB payload and a 100-byte one give byte-identical pipeline protos of a few KB."""
     sizes, protos = {}, {}
     for name, nbytes in (("tiny", 100), ("actorq", ACTORQ_INT8_BYTES)):
         run_dir = str(tmp_path / name)
         payload = _fake_payload(nbytes)
-        plan = _plan(run_dir, evaluate=True, learn=_learn_plan() if with_learner else None)
+        plan = _plan(run_dir, evaluate=True)
         pipeline = beam.Pipeline(runner="DirectRunner", options=PipelineOptions([]))
         rounds.build_round(pipeline, plan, payload)       # writes policies/v000001 under run_dir, not into the graph
         assert os.path.getsize(os.path.join(run_dir, "policies", "v000001.tflite")) == nbytes
@@ -166,22 +176,44 @@ def test_round_graph_does_not_embed_the_policy_payload(tmp_path, with_learner):
     assert sizes["actorq"] < 200_000, sizes
 
 
+def _block_graph(run, first, last):
+    from pipelines.beam_blocks import build_block_round
+    pipeline = beam.Pipeline(runner="DirectRunner", options=PipelineOptions([]))
+    build_block_round(pipeline, run, 0, first, last)
+    return pipeline.to_runner_api().SerializeToString()
+
+
+def test_block_round_graph_is_bounded_by_blocks_per_round_not_by_the_run_length(tmp_path):
+    """A round of 8 blocks has the same graph in a 16-block run and in a 4,000-block run (the plan is
+    derived on the workers from the config), and the policy (an ActorQ-size file) is not in it."""
+    policy_files.write_payload(str(tmp_path), _fake_payload(ACTORQ_INT8_BYTES))
+    short = _block_graph(_block_run(str(tmp_path), total_env_steps=16 * 128), 8, 15)
+    long = _block_graph(_block_run(str(tmp_path), total_env_steps=4_000 * 128), 3_000, 3_007)
+    assert abs(len(long) - len(short)) < 0.01 * len(short), (len(short), len(long))  # block numbers in names
+    assert len(short) < 1_000_000
+    one = _block_graph(_block_run(str(tmp_path), total_env_steps=16 * 128), 8, 8)
+    assert len(one) * 4 < len(short)                           # it grows with the blocks per round
+
+
 def test_dataflow_job_request_stays_small_with_an_actorq_size_policy(tmp_path):
-    """The translated Dataflow job (request JSON and pipeline proto) does not grow with the payload."""
+    """The translated Dataflow job of a block round (request JSON and pipeline proto) does not grow
+    with the payload: the policy is a file in the run directory, read by path."""
     pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
     from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    from pipelines.beam_blocks import build_block_round
     args = DATAFLOW_ARGS + ["--dry_run=True", "--no_auth", "--sdk_location=container"]
     sizes = {}
     for name, nbytes in (("tiny", 100), ("actorq", ACTORQ_INT8_BYTES)):
         options = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
         pipeline = beam.Pipeline(runner=DataflowRunner(), options=options)
-        # The plan's run dir is local here only so that the test can publish a payload without GCS.
-        plan = _plan(str(tmp_path / name), evaluate=True, learn=_learn_plan())
-        rounds.build_round(pipeline, plan, _fake_payload(nbytes))
+        # The run dir is local here only so that the test can publish a payload without GCS.
+        run = _block_run(str(tmp_path / name), total_env_steps=8 * 128)
+        policy_files.write_payload(run.run_dir, _fake_payload(nbytes))
+        build_block_round(pipeline, run, 0, 0, 3)
         job = pipeline.run().job
         sizes[name] = (len(job.json()), len(job.proto_pipeline.SerializeToString()))
         names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
-        assert {"Publish", "Learn", "RollOut/StepEnvs"} <= names
+        assert {"RollOut0", "Write0", "Commit0", "Learn0", "Evaluate0", "Learn3", "RoundEnd"} <= names, sorted(names)
     for tiny, actorq in zip(sizes["tiny"], sizes["actorq"]):
         assert actorq - tiny < 1_000 and actorq < 500_000, sizes
 
@@ -219,36 +251,53 @@ def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_pat
     assert_complete_run_dir(run_dir, summary)
     learned = max(summary["best_eval_return"], summary["final_eval"]["fp32"]["mean"])
     assert learned >= THRESHOLD, summary
-    rounds_run = budget // (2 * 8 * 128)
-    workers = {rounds.read_record(run_dir, r, "learn")["worker"] for r in range(rounds_run)}
+    from pipelines.beam_blocks import read_record
+    blocks = budget // (2 * 8 * 128)
+    workers = {read_record(run_dir, b, "learn")["worker"] for b in range(blocks)}
     assert all(not w.endswith(f" pid {result['pid']}") for w in workers), workers   # never the launcher
-    assert rounds.read_record(run_dir, rounds_run - 1, "learn")["learner_steps"] == summary["learner_steps"]
+    assert read_record(run_dir, blocks - 1, "learn")["learner_steps"] == summary["learner_steps"]
     assert 0 < summary["driver_bytes_in_per_env_step"] < 0.01 * summary["trajectory_bytes_per_env_step"]
 
 
+def _run_blocks(run, first, last, round_index=0):
+    from pipelines.beam_blocks import build_block_round
+    opts = PipelineOptions(["--direct_running_mode", "in_memory", "--direct_num_workers", "1"])
+    beam_executor.run_pipeline(lambda p: build_block_round(p, run, round_index, first, last), opts)
+
+
+def _files(root):
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            with open(os.path.join(d, n), "rb") as f:
+                out[os.path.relpath(os.path.join(d, n), root)] = f.read()
+    return out
+
+
 def test_a_rerun_round_with_its_learner_changes_nothing(tmp_path):
-    """Round 0 with the Learn stage, run twice (a retried pipeline): one checkpoint of round 0, the
-    same learner steps and loop counters, policy v2 written once with the same bytes."""
+    """Blocks 0-1 with their Learn stages, run again (a retried pipeline): every stage finds its record,
+    nothing is written again: one commit per block, the same checkpoints, policies and records."""
     from core.checkpoint import Checkpointer
-    run_dir = str(tmp_path / "run")
-    plan = _plan(run_dir, learn=_learn_plan())
-    _run_round(plan, None)
-    first = rounds.read_record(run_dir, 0, "learn")
-    with open(os.path.join(run_dir, "policies", "v000002.tflite"), "rb") as f:
-        v2 = f.read()
-    _run_round(plan, None)
-    again = rounds.read_record(run_dir, 0, "learn")
-    ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"))
+    from core.replay import ReplayStore
+    from pipelines.beam_blocks import read_record
+    run = _block_run(str(tmp_path / "run"), checkpoint={"every_steps": 64})
+    _run_blocks(run, 0, 1)
+    first = read_record(run.run_dir, 1, "learn")
+    before = {k: v for k, v in _files(run.run_dir).items() if not k.startswith(("metrics", "energy"))}
+    _run_blocks(run, 0, 1)
+    after = {k: v for k, v in _files(run.run_dir).items() if not k.startswith(("metrics", "energy"))}
+    assert sorted(after) == sorted(before)
+    changed = sorted(k for k in before if after[k] != before[k] and not k.startswith("rounds/"))
+    assert changed == [], changed
+    assert read_record(run.run_dir, 1, "learn") == first
+    store = ReplayStore.open(os.path.join(run.run_dir, "replay"))
+    assert store.latest_version() == 2 and sorted(store.state().live) == ["s00000000", "s00000001"]
+    assert first["learner_steps"] == 128 and first["loop"]["env_steps"] == 256    # 0.5 x 2 x 128 rows
+    ckpt = Checkpointer(os.path.join(run.run_dir, "checkpoints"))
     try:
-        assert [ckpt.metadata(s)["round"] for s in ckpt.all_steps()] == [-1, 0]
-        assert ckpt.all_steps() == [0, first["learner_steps"]] and first["learner_steps"] == 64  # 0.5 x 128 rows
+        assert ckpt.all_steps() == [64, 128]        # the driver's cadence: every 64 learner steps
     finally:
         ckpt.close()
-    same = lambda rec: {k: v for k, v in rec.items() if k not in ("learn_s", "setup_s")}   # timings
-    assert same(again) == same(first)
-    assert first["loop"]["env_steps"] == 128 and first["commit"]["rows"] == 128
-    with open(os.path.join(run_dir, "policies", "v000002.tflite"), "rb") as f:
-        assert f.read() == v2
 
 
 # -- one round, eagerly (in-memory DirectRunner) -----------------------------------------------
@@ -273,3 +322,30 @@ def test_round_writes_commits_once_and_a_rerun_changes_nothing(tmp_path, payload
     _run_round(plan, payload)                                            # a re-run round (or retried bundle)
     state = store.state()
     assert store.latest_version() == 1 and sorted(state.live) == record["shards"] and state.rows == 128
+
+
+# -- the plan's rules, as Beam applies them ----------------------------------------------------
+def test_evaluation_blocks_follow_the_driver_rule():
+    """The driver evaluates after a block whose rows reach the next multiple of eval.every_env_steps
+    (once the learner has stepped); Beam places Evaluate<b> stages by the same rule, numbered for seeds."""
+    from core.config import load_config
+    from pipelines.plan import TrainingPlan
+    settings = ["total_env_steps=4096", "eval.every_env_steps=2048"]          # test_determinism's
+    assert TrainingPlan.from_config(load_config(overrides=settings)).evaluation_blocks(2048) == {1: 1, 3: 2}
+    default = TrainingPlan.from_config(load_config())                          # 1,024-row blocks, every 4,000
+    assert list(default.evaluation_blocks(4000).items())[:5] == [(3, 1), (7, 2), (11, 3), (15, 4), (19, 5)]
+    tiny = TrainingPlan.from_config(_tiny_config(total_env_steps=4 * 128))
+    assert tiny.evaluation_blocks(100) == {0: 1, 1: 2, 2: 3, 3: 4}     # every block crosses a multiple of 100
+    late = TrainingPlan.from_config(_tiny_config(total_env_steps=4 * 128, replay={"min_size": 300}))
+    assert late.evaluation_blocks(128) == {2: 1, 3: 2}                 # no learner step before 300 rows
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-1"])
+def test_bad_blocks_per_round_is_one_line_and_exit_2(tmp_path, capsys, value):
+    from pipelines.train import main
+    run_dir = tmp_path / "never-created"
+    code = main(["--executor", "beam", "--run-dir", str(run_dir), "--no-progress", "--blocks_per_round", value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: --blocks_per_round {value!r} is not valid; valid: an integer >= 1")
+    assert not run_dir.exists()

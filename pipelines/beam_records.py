@@ -1,0 +1,110 @@
+"""Durable records of Beam block rounds: per block, per round, the run's close (JSON only).
+
+Every stage of :mod:`pipelines.beam_blocks` writes its record last and
+looks for it first, which makes stages idempotent; the launcher
+(:mod:`pipelines.round_launcher`) reads only the round digests and the final
+record, a few hundred bytes per round whatever its length::
+
+    blocks/start.json              State(-1): counters before the first block, version 1
+    blocks/b<b>-commit.json        the evaluations decided before block b, its commit (log version)
+    blocks/b<b>-learn.json         State(b): counters, pending evaluations, the version published
+    blocks/b<b>-eval.json          the evaluation after block b (run_evaluation_task's result)
+    rounds/r<round>.json           round_digest: totals and counters of the round's blocks
+    rounds/final.json              the close: final evaluation, summary counters
+
+Example::
+
+    write_record(run_dir, 3, "learn", state); read_record(run_dir, 3, "learn")
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+from core import urls
+
+
+def record_path(run_dir: str, block: int, kind: str) -> Tuple[Any, str]:
+    """``blocks/b<block>-<kind>.json`` (block -1: ``blocks/start.json``)."""
+    fs, path = urls.resolve(run_dir)
+    name = "start" if block < 0 else f"b{int(block):08d}-{kind}"
+    return fs, f"{path}/blocks/{name}.json"
+
+
+def write_record(run_dir: str, block: int, kind: str, data: Dict[str, Any]) -> Dict[str, Any]:
+    fs, path = record_path(run_dir, block, kind)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(path, "w") as f:
+        json.dump(data, f)
+    return data
+
+
+def read_record(run_dir: str, block: int, kind: str) -> Optional[Dict[str, Any]]:
+    fs, path = record_path(run_dir, block, kind)
+    if not fs.exists(path):
+        return None
+    with fs.open(path) as f:
+        return json.load(f)
+
+
+def final_path(run_dir: str) -> Tuple[Any, str]:
+    fs, path = urls.resolve(run_dir)
+    return fs, f"{path}/rounds/final.json"
+
+
+def round_path(run_dir: str, round_index: int) -> Tuple[Any, str]:
+    fs, path = urls.resolve(run_dir)
+    return fs, f"{path}/rounds/r{int(round_index):06d}.json"
+
+
+def write_json(where: Tuple[Any, str], data: Dict[str, Any]) -> Dict[str, Any]:
+    """Write ``data`` at ``(fs, path)`` (as ``final_path``/``round_path`` return), making its folder."""
+    fs, path = where
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(path, "w") as f:
+        json.dump(data, f)
+    return data
+
+
+def read_json(where: Tuple[Any, str]) -> Optional[Dict[str, Any]]:
+    fs, path = where
+    if not fs.exists(path):
+        return None
+    with fs.open(path) as f:
+        return json.load(f)
+
+
+def eval_digest(result: Dict[str, Any]) -> Dict[str, Any]:
+    keys = ("version", "mean", "std", "min", "confirmed_mean", "env_steps")
+    return {k: (round(result[k], 3) if isinstance(result.get(k), float) else result.get(k)) for k in keys}
+
+
+def round_digest(round_index: int, blocks: List[Dict[str, Any]], done: bool) -> Dict[str, Any]:
+    """All the launcher reads of a round: counters and totals, a few hundred bytes whatever its length.
+
+    The blocks' full states stay in ``blocks/b<b>-learn.json`` (durable, for
+    resume and inspection); the launcher logs one ``commit`` record per round.
+    """
+    last = blocks[-1]
+    loop = last["loop"]
+    commits = [s["commit"] for s in blocks if s.get("commit")]
+    published = [s["published"] for s in blocks if s.get("published")]
+    losses = [r[2]["loss"] for s in blocks for r in s.get("records") or [] if r[0] == "learner"]
+    lags = [loop_version - t[5] for s in blocks if s.get("commit")
+            for loop_version in [s["loop"]["policy_version"]] for t in s["commit"]["tasks"]]
+    return {"round": round_index, "first_block": blocks[0]["block"], "last_block": last["block"],
+            "done": bool(done), "stop": bool(last["stop"]), "learned_through": loop["block"] - 1,
+            "env_steps": loop["env_steps"], "learner_steps": last["learner_steps"], "episodes": loop["episodes"],
+            "policy_version": loop["policy_version"], "best_return": loop["best_return"],
+            "best_version": loop["best_version"],
+            "commit": {"shards": len(commits), "rows": sum(c["rows"] for c in commits),
+                       "bytes": sum(c["nbytes"] for c in commits), "raw_bytes": sum(c["raw_bytes"] for c in commits),
+                       "log_version": commits[-1]["log_version"] if commits else None,
+                       "write_s": round(sum(c.get("write_s") or 0.0 for c in commits), 4),
+                       "returns_tail": [r for c in commits for r in c["returns_tail"]][-10:]},
+            "lag_versions": [sum(lags), len(lags)],
+            "evaluated": [eval_digest(r) for s in blocks for r in s.get("evaluated") or []],
+            "published": published[-1] if published else None, "versions_published": len(published),
+            "loss": round(losses[-1], 5) if losses else None,
+            "learn_s": round(sum(s.get("learn_s") or 0.0 for s in blocks), 3),
+            "learner_workers": sorted({s["worker"] for s in blocks if s.get("worker")})}
