@@ -11,23 +11,26 @@ those tasks, apart from the gRPC streams that play them:
   an older one no longer count: it is told to stop);
 * the policy payloads still needed, by version: the current one (unscheduled:
   the newest :meth:`TaskSchedule.set_policy`) and every granted version whose
-  grants are not all done; the inference thread builds its runners from them;
+  grants are not all done; the server builds its runners from them;
 * finished tasks: scheduled, one :class:`core.rollout.RolloutResult` per
   ``(actor, task)`` until the trainer takes it (:meth:`TaskSchedule.result`);
   unscheduled, a queue of unrolls and episodes (:meth:`TaskSchedule.drain`).
 
 Threads: the trainer (driver) thread grants and takes results, the server's
-stream threads wait for grants, connect and finish tasks, the inference thread
-looks payloads up. Everything here is guarded by one condition, the server's
-own, so one ``notify_all`` wakes a stream waiting for its grant and a trainer
-waiting for results alike, and the server's stop and shutdown wake both.
+stream threads connect, wait for grants and finish tasks, and the thread that
+runs a batch (the batcher's, or a stream's) looks payloads up. All state
+changes under one condition, the server's own, so one ``notify_all`` wakes a
+stream waiting for its grant and a trainer waiting for results alike, and the
+server's stop and shutdown wake both. Taking no lock: the reads made once per
+step or poll (:meth:`TaskSchedule.has_result`, :meth:`TaskSchedule.live_connection`)
+and the unscheduled queues' pops (a deque's ``popleft`` is atomic).
 
 Example::
 
     cv = threading.Condition()
     tasks = TaskSchedule(cv, payload, scheduled=True)
     with cv:
-        incarnation, first_task = tasks.connect(actor_id=0, connection=5)   # a stream opens
+        earlier, first_task = tasks.connect(actor_id=0, connection=5)   # a stream opens
     tasks.grant(0, first_task, payload, {"epsilon": 0.1})                   # trainer thread
     version, explore = tasks.wait_grant(0, first_task, 5, stopped=lambda: False)   # stream thread
     tasks.finish(0, first_task, RolloutResult(batch, stats))                # stream thread
@@ -113,6 +116,7 @@ class TaskSchedule:
             return self._results.pop((actor_id, task), None)
 
     def has_result(self, actor_id: int, task: int) -> bool:
+        """Whether the task finished and its result was not taken yet (a dict lookup: no lock)."""
         return (actor_id, task) in self._results
 
     def wait_for_results(self, timeout: float) -> None:
