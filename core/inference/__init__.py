@@ -7,7 +7,10 @@ One concept per module:
 * ``batching``  DynamicBatcher: max batch size AND max wait time (a partial batch never waits forever),
                 the wait optionally tuned to the measured arrival rate
 * ``runners``   InferenceRunner, the one interface the server runs its policy through (LiteRTRunner today)
+* ``messages``  MessageChecks: what an actor's hello and step messages must hold, checked against the env spec
+* ``frames``    FrameStacker: the last k frames on the channel axis (pixels; numpy only, no gRPC)
 * ``unrolls``   UnrollAssembler: per-actor RLDS rows -> TrajectoryBatch unrolls, server-side
+* ``tasks``     TaskSchedule: per-actor grants of rollout tasks, policy versions in use, finished tasks
 * ``server``    InferenceServer: gRPC bidi-streaming service in the learner process (LiteRT fp32/int8)
 * ``client``    run_env_actor_task: an env-only actor with reconnect and backoff
 

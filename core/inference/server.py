@@ -7,15 +7,16 @@ bidirectional stream. The server
   metadata, compared in constant time (:mod:`endpoint`); a missing or wrong
   token aborts the stream with ``UNAUTHENTICATED``. With ``tls`` (PEM
   certificate chain and key) it listens with ``grpc.ssl_server_credentials``;
-* decodes and validates every message (:mod:`protocol`): a malformed or
+* decodes and validates every message (:mod:`protocol`, :mod:`messages`): a malformed or
   oversized request, or observations whose dtype or shape differ from the env
   spec's, abort *that* stream with ``INVALID_ARGUMENT`` (or gRPC's own
   ``RESOURCE_EXHAUSTED`` above ``max_message_bytes``), so nothing the shard
   writer would refuse ever reaches an unroll; the other streams keep being
   served;
-* keeps each env's state between steps: its frame stack (pixels), its
-  previous action, its place in the current unroll and, for a recurrent
-  policy (R2D2's ``[obs, h, c] -> [q, h', c']``), its core state ``(h, c)``
+* keeps each env's state between steps: its frame stack (pixels,
+  :class:`FrameStacker` of :mod:`frames`, re-exported here), its previous
+  action, its place in the current unroll and, for a recurrent policy
+  (R2D2's ``[obs, h, c] -> [q, h', c']``), its core state ``(h, c)``
   (:func:`core.exploration.make_carry`, the same carry local actors use). The
   state is zeroed at every episode start, and it belongs to one *connection*:
   an actor that reconnects gets a fresh carry (its envs start new episodes)
@@ -37,7 +38,10 @@ bidirectional stream. The server
 * assembles one ``[T, E]`` unroll per rollout task of each actor
   (:class:`UnrollAssembler`, rows and ids exactly as a local actor writes
   them) that the trainer takes with :meth:`result` (or, unscheduled,
-  :meth:`drain`) and writes as replay shards through the commit log.
+  :meth:`drain`) and writes as replay shards through the commit log. The
+  bookkeeping of tasks (each actor's grants and resume point, the policy
+  versions still in use, finished tasks) is :attr:`tasks`, a
+  :class:`core.inference.tasks.TaskSchedule` guarded by the server's lock.
 
 **Scheduled** (``scheduled=True``, what training uses: :mod:`pipelines.central`):
 an actor's steps are cut into the plan's tasks (``unroll_length`` steps
@@ -92,7 +96,10 @@ from core.exploration import SELECTORS, make_carry
 from core.inference import endpoint as endpoint_lib
 from core.inference import protocol
 from core.inference.batching import DynamicBatcher
+from core.inference.frames import FrameStacker    # re-exported: core.rollout, core.evaluation import it from here
+from core.inference.messages import MessageChecks
 from core.inference.runners import InferenceRunner, LiteRTRunner
+from core.inference.tasks import TaskSchedule
 from core.inference.unrolls import UnrollAssembler
 from core.rollout import RolloutResult, RolloutStats
 from core.trajectory import TrajectoryBatch
@@ -100,30 +107,6 @@ from core.trajectory import TrajectoryBatch
 
 #: Phases of one request on the server, in order (``stats()["step_ms"]``, ms per request).
 PHASES = ("decode", "task_wait", "prepare", "batched_inference", "select_and_assemble", "encode")
-
-
-class FrameStacker:
-    """The last ``k`` frames of each env, oldest first, stacked on the channel axis.
-
-    Only single frames are stored in replay; the learner stacks them again at
-    sampling time in the same order (:mod:`core.agents.vtrace.learning`).
-    A new episode (``step == 0``) fills the stack with its first frame.
-    """
-
-    def __init__(self, k: int):
-        self.k = int(k)
-        self.frames: Optional[np.ndarray] = None
-
-    def __call__(self, obs: np.ndarray, new_episode: np.ndarray) -> np.ndarray:
-        if self.k == 1:
-            return obs
-        frame = obs if obs.ndim == 4 else obs[..., None]          # [E, H, W, C]
-        if self.frames is None:
-            self.frames = np.repeat(frame[:, None], self.k, axis=1)
-        else:
-            self.frames = np.concatenate([self.frames[:, 1:], frame[:, None]], axis=1)
-            self.frames[new_episode] = frame[new_episode][:, None]
-        return np.concatenate(list(np.moveaxis(self.frames, 1, 0)), axis=-1)
 
 
 class InferenceServer:
@@ -167,8 +150,8 @@ class InferenceServer:
         self.select = SELECTORS[selector]
         self.explore = explore if callable(explore) else dict(explore or {})
         self.frame_stack = int(frame_stack)
-        self._obs_dtype = np.dtype(spec.obs_dtype)
         self.max_message_bytes = int(max_message_bytes)
+        self.checks = MessageChecks(spec, self.max_message_bytes)    # what each hello and step must hold
         self.max_streams = int(max_streams)
         self.seed = int(seed)
         self.token = token or endpoint_lib.new_token()    # authentication is never off
@@ -178,16 +161,11 @@ class InferenceServer:
         self._custom_runner = runner is not None       # recycled across versions, never duplicated
         self._runners: "collections.OrderedDict[int, InferenceRunner]" = collections.OrderedDict(
             [(payload.version, self.runner)])            # version -> runner, least recently used first
-        self._payloads: Dict[int, Any] = {payload.version: payload}    # versions granted or current
-        self._uses: Dict[int, int] = collections.Counter()             # version -> grants not yet done
-        self._payload = payload                       # unscheduled: the newest set_policy payload
         self.max_batch_size, self.litert_threads = int(max_batch_size), int(litert_threads)
         self.max_versions = max(1, int(max_versions))
         self.scheduled, self.first_task = bool(scheduled), int(first_task)
         self._first_payload = payload                 # sizes each connection's recurrent carry
         self._carries: Dict[int, Tuple[int, Any]] = {}    # actor id -> (connection, carry) of its live stream
-        self._actors: Dict[int, _ActorTasks] = {}          # actor id -> its tasks across connections
-        self._results: Dict[Tuple[int, int], RolloutResult] = {}   # (actor, task) -> finished task
         self.first_connection = int(first_connection)
         self.on_result: Optional[Callable[[int, int], None]] = None   # called (actor, task) as a task finishes
         self.batcher = DynamicBatcher(self._infer, max_batch_size, max_wait_s,
@@ -195,8 +173,8 @@ class InferenceServer:
         self._connections = itertools.count(int(first_connection))
         self._lock = threading.Lock()
         self._cv = threading.Condition(self._lock)     # grants, results, stop
-        self._unrolls: "collections.deque[TrajectoryBatch]" = collections.deque()
-        self._episodes: "collections.deque[tuple]" = collections.deque()
+        # Grants, versions in use and finished tasks, guarded by the same condition: a stop wakes its waiters.
+        self.tasks = TaskSchedule(self._cv, payload, self.scheduled, self.first_task)
         self._stop = threading.Event()       # the run is over: actors are told to stop
         self._closing = threading.Event()    # the server is going away: actors will reconnect
         self.env_steps = 0
@@ -259,6 +237,10 @@ class InferenceServer:
         with self._cv:
             self._cv.notify_all()
 
+    def _stopping(self) -> bool:
+        """The run is over or the server is going away: a stream waiting for its grant gives up."""
+        return self._stop.is_set() or self._closing.is_set()
+
     # -- learner-side API -------------------------------------------------------
     def endpoint(self, address: Optional[str] = None) -> endpoint_lib.ServerEndpoint:
         """What actors are handed: ``address`` (default: the bound one), the token, the TLS root."""
@@ -267,42 +249,26 @@ class InferenceServer:
 
     def set_policy(self, payload) -> None:
         """Unscheduled: use ``payload`` from the next steps on (its runner is made by the inference thread)."""
-        with self._lock:
-            self._payloads[payload.version] = payload
-            for v in [v for v in self._payloads if v < self._payload.version and not self._uses[v]]:
-                del self._payloads[v]      # older than the one in use until now: no step can ask for it
-            self._payload = payload
+        self.tasks.set_policy(payload)
 
     @property
     def policy_version(self) -> int:
-        return self._payload.version
+        return self.tasks.current.version
 
     def grant(self, actor_id: int, task: int, payload, explore: Dict[str, float]) -> None:
         """Scheduled: actor ``actor_id``'s task ``task`` acts with ``payload`` and selector params ``explore``."""
-        with self._cv:
-            self._payloads.setdefault(payload.version, payload)
-            self._uses[payload.version] += 1
-            self._actor(actor_id).grants[task] = (payload.version, dict(explore))
-            self._cv.notify_all()
+        self.tasks.grant(actor_id, task, payload, explore)
 
     def result(self, actor_id: int, task: int) -> Optional[RolloutResult]:
         """Scheduled: the finished task's :class:`core.rollout.RolloutResult` (taken: a second call gets None)."""
-        with self._lock:
-            return self._results.pop((actor_id, task), None)
+        return self.tasks.result(actor_id, task)
 
     def has_result(self, actor_id: int, task: int) -> bool:
-        return (actor_id, task) in self._results
+        return self.tasks.has_result(actor_id, task)
 
     def wait_for_results(self, timeout: float) -> None:
         """Block until a task finishes (or ``timeout`` s pass)."""
-        with self._cv:
-            self._cv.wait(timeout)
-
-    def _actor(self, actor_id: int) -> "_ActorTasks":
-        """The actor's tasks across its connections (the caller holds the lock)."""
-        if actor_id not in self._actors:
-            self._actors[actor_id] = _ActorTasks(self.first_task)
-        return self._actors[actor_id]
+        self.tasks.wait_for_results(timeout)
 
     def explore_params(self, actor_id: int) -> Dict[str, float]:
         """The selector parameters of ``actor_id`` now."""
@@ -319,17 +285,11 @@ class InferenceServer:
 
     def drain(self) -> List[TrajectoryBatch]:
         """Unrolls completed since the last call, oldest first."""
-        out = []
-        while self._unrolls:
-            out.append(self._unrolls.popleft())
-        return out
+        return self.tasks.drain()
 
     def pop_episodes(self) -> List[tuple]:
         """``(return, length)`` of episodes finished since the last call."""
-        out = []
-        while self._episodes:
-            out.append(self._episodes.popleft())
-        return out
+        return self.tasks.pop_episodes()
 
     def stats(self) -> Dict[str, Any]:
         el = max(time.perf_counter() - self._t0, 1e-9)
@@ -352,8 +312,7 @@ class InferenceServer:
         if runner is not None:
             self._runners.move_to_end(version)
             return runner
-        with self._lock:
-            payload = self._payloads[version]
+        payload = self.tasks.payload(version)
         if self._custom_runner or len(self._runners) >= self.max_versions:
             _, runner = self._runners.popitem(last=False)     # least recently used: a version done with
             runner.update(payload)
@@ -367,13 +326,10 @@ class InferenceServer:
     def _begin_task(self, stream: "_Stream", task: int) -> bool:
         """Wait for ``task``'s grant (scheduled); set the stream's version, explore and RNG. False: stop."""
         if self.scheduled:
-            with self._cv:
-                tasks = self._actor(stream.actor_id)
-                while task not in tasks.grants:
-                    if self._stop.is_set() or self._closing.is_set() or tasks.live != stream.connection:
-                        return False
-                    self._cv.wait(0.1)
-                stream.version, stream.explore = tasks.grants[task]
+            granted = self.tasks.wait_grant(stream.actor_id, task, stream.connection, self._stopping)
+            if granted is None:
+                return False
+            stream.version, stream.explore = granted
         stream.task, stream.task_t0, stream.infer_s = task, time.perf_counter(), 0.0
         stream.rng = np.random.default_rng([self.seed, stream.actor_id, task, 1])   # the local actor's stream
         return True
@@ -383,62 +339,9 @@ class InferenceServer:
         stats = RolloutStats(stream.actor_id, task, batch.size, int(batch.policy_version.flat[0]), list(returns),
                              list(lengths), time.perf_counter() - stream.task_t0, stream.infer_s,
                              f"central a{stream.actor_id} c{stream.connection}")
-        with self._cv:
-            tasks = self._actor(stream.actor_id)
-            tasks.next_task = max(tasks.next_task, task + 1)
-            if self.scheduled:
-                version, _ = tasks.grants.pop(task)
-                self._uses[version] -= 1
-                if not self._uses[version]:
-                    del self._uses[version]
-                    if version != self._payload.version:
-                        self._payloads.pop(version, None)
-                self._results[(stream.actor_id, task)] = RolloutResult(batch, stats)
-            else:
-                self._unrolls.append(batch)
-                self._episodes.extend(zip(returns, lengths))
-            self._cv.notify_all()
+        self.tasks.finish(stream.actor_id, task, RolloutResult(batch, stats))
         if self.on_result is not None:
             self.on_result(stream.actor_id, task)
-
-    def _hello(self, raw: bytes):
-        header, _ = protocol.decode(raw, self.max_message_bytes)
-        protocol.expect(header, "hello")
-        try:
-            actor_id, num_envs = int(header["actor_id"]), int(header["num_envs"])
-            obs_shape = tuple(int(d) for d in header["obs_shape"])
-        except (KeyError, TypeError, ValueError):
-            raise protocol.ProtocolError("hello needs integer actor_id, num_envs and an obs_shape list") from None
-        if not 1 <= num_envs <= 4096 or actor_id < 0:
-            raise protocol.ProtocolError(f"hello: num_envs={num_envs}, actor_id={actor_id}; "
-                                         f"valid: 1 <= num_envs <= 4096, actor_id >= 0")
-        if obs_shape != tuple(self.spec.obs_shape):
-            raise protocol.ProtocolError(f"hello: obs_shape {list(obs_shape)} does not match the server's "
-                                         f"{list(self.spec.obs_shape)} ({self.spec.env_id})")
-        if header.get("obs_dtype") != self.spec.obs_dtype:
-            raise protocol.ProtocolError(f"hello: obs_dtype {header.get('obs_dtype')!r} does not match the "
-                                         f"server's {self.spec.obs_dtype!r} ({self.spec.env_id})")
-        return actor_id, num_envs
-
-    def _step_shapes(self, e: int) -> Dict[str, Tuple[int, ...]]:
-        """The array shapes a step of ``e`` envs must have (built once per stream)."""
-        return {"observation": (e,) + tuple(self.spec.obs_shape), "reward": (e,), "terminated": (e,),
-                "truncated": (e,)}
-
-    def _check_step(self, arrays: Dict[str, np.ndarray], want: Dict[str, Tuple[int, ...]]) -> None:
-        for name, shape in want.items():
-            if name not in arrays:
-                raise protocol.ProtocolError(f"step message lacks array {name!r}; needs {', '.join(want)}")
-            if arrays[name].shape != shape:
-                raise protocol.ProtocolError(f"step array {name!r} has shape {list(arrays[name].shape)}, "
-                                             f"expected {list(shape)}")
-        for name in ("terminated", "truncated"):
-            if arrays[name].dtype != np.bool_:
-                raise protocol.ProtocolError(f"step array {name!r} must be bool, got {arrays[name].dtype}")
-        # Replay shards are typed by the env spec: a stray dtype would fail the shard write (and the run).
-        if arrays["observation"].dtype != self._obs_dtype:
-            raise protocol.ProtocolError(f"step array 'observation' has dtype {arrays['observation'].dtype}, "
-                                         f"expected {self.spec.obs_dtype} ({self.spec.env_id})")
 
     def _reject(self, context, code, message: str) -> None:
         with self._lock:
@@ -454,25 +357,23 @@ class InferenceServer:
             self._reject(context, grpc.StatusCode.UNAUTHENTICATED,
                          "missing or wrong run token; actors get it with their spec from the trainer")
         try:
-            actor_id, e = self._hello(next(request_iterator))
+            actor_id, e = self.checks.hello(next(request_iterator))
         except StopIteration:
             return
         except protocol.ProtocolError as err:
             self._reject(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
         stream = self._open_stream(actor_id, e)
-        want = self._step_shapes(e)
+        want = self.checks.step_shapes(e)
         try:
             yield protocol.encode({"kind": "welcome", "connection": stream.connection,
                                    "task": stream.unrolls.first_task, "incarnation": stream.incarnation})
             for raw in request_iterator:
                 t0 = time.perf_counter()
                 try:
-                    header, arrays = protocol.decode(raw, self.max_message_bytes)
-                    protocol.expect(header, "step")
-                    self._check_step(arrays, want)
+                    arrays = self.checks.step(raw, want)
                 except protocol.ProtocolError as err:
                     self._reject(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
-                if self._stop.is_set() or self._actors[actor_id].live != stream.connection:
+                if self._stop.is_set() or self.tasks.live_connection(actor_id) != stream.connection:
                     yield protocol.encode({"kind": "actions", "stop": True})   # the run is over, or a newer
                     return                                                    # connection replaced this one
                 t1 = time.perf_counter()
@@ -502,16 +403,12 @@ class InferenceServer:
         conn = next(self._connections)
         carry = make_carry(self.selector, self._first_payload, num_envs, self.spec.obs_dim * self.frame_stack)
         with self._cv:
-            tasks = self._actor(actor_id)
-            incarnation = self.first_connection + tasks.connections
-            tasks.connections += 1
-            tasks.live = conn                  # an older stream of this actor stops at its next step
-            self._cv.notify_all()
+            earlier, first_task = self.tasks.connect(actor_id, conn)   # an older stream of it stops
+            incarnation = self.first_connection + earlier
             self.active_streams += 1
             self.connections_opened += 1
             if carry is not None:
                 self._carries[actor_id] = (conn, carry)     # replaces a previous connection's state
-            first_task = tasks.next_task
         unrolls = UnrollAssembler(actor_id, num_envs, self.unroll_length, first_task, incarnation,
                                   self.spec.env_id, self.seed)
         return _Stream(actor_id, conn, incarnation, unrolls, FrameStacker(self.frame_stack), carry)
@@ -544,7 +441,7 @@ class InferenceServer:
         if self.scheduled:
             version, explore = stream.version, stream.explore
         else:
-            version, explore = self._payload.version, self.explore_params(stream.actor_id)
+            version, explore = self.tasks.current.version, self.explore_params(stream.actor_id)
         t1 = time.perf_counter()
         out = self.batcher.submit(x, key=version).result()
         t2 = time.perf_counter()
@@ -554,18 +451,6 @@ class InferenceServer:
         action, extras = self.select(out, explore, stream.rng, self.spec)
         unrolls.act(obs, arrays["terminated"], arrays["truncated"], action, {**extras, **carried}, version)
         return action, (t1 - t0, t2 - t1, time.perf_counter() - t2)
-
-
-class _ActorTasks:
-    """One actor's tasks across its connections: where it resumes, its grants, its live connection."""
-
-    __slots__ = ("next_task", "grants", "connections", "live")
-
-    def __init__(self, first_task: int):
-        self.next_task = first_task          # the first task not finished yet (a reconnect plays it again)
-        self.grants: Dict[int, Tuple[int, Dict[str, float]]] = {}    # task -> (version, explore)
-        self.connections = 0
-        self.live = -1                       # the connection whose steps count
 
 
 class _Stream:
