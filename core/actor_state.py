@@ -17,10 +17,11 @@ Leaves are ``None``, ``bool``, ``int``, ``float``, ``str``, numpy scalars,
 numeric/bool numpy arrays (``{"__nd__": [dtype, shape, base64]}``) and
 numpy ``Generator``s (``{"__rng__": bit_generator.state}``) and numeric dtypes; lists, tuples
 and string-keyed dicts of them; and the attributes of objects defined in
-``gymnasium`` or ``core`` (``{"__obj__": class, "attrs": {...}}``; of a
-gymnasium space only its RNG: bounds and shapes are static). Functions held
-by such objects (an observation transform's lambda) are code, not state:
-the fresh actor has them already. Object
+``gymnasium`` or ``core`` (``{"__obj__": class, "attrs": {...}}``). Not
+captured, because the fresh actor has them already: functions held by such
+objects (an observation transform's lambda) and gymnasium spaces (static
+bounds; their RNG serves only ``.sample()``, which actors never call), so
+two captures of one state are the same document. Object
 types are never created from the document, with one allowlisted exception:
 the recurrent carries of :data:`core.exploration.CARRIES` (a fresh actor
 makes its carry only when its first policy arrives). Anything else (an
@@ -28,7 +29,7 @@ emulator handle of Atari's ALE, MuJoCo physics of dm_control) makes
 :func:`capture` raise :class:`ActorStateUnsupported`: such envs are
 fault-tolerant but not bit-identical across a resume.
 
-Cost: capturing 8 CartPole envs takes about 0.4 ms and ~17 KB of JSON
+Cost: capturing 8 CartPole envs takes about 0.4 ms and ~13 KB of JSON
 (``python -m core.actor_state``, measured on the 2-core dev VM).
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ import json
 import types
 from typing import Any, Dict, Optional
 
+import gymnasium
 import numpy as np
 
 FORMAT = "databloom.actor_state/1"
@@ -49,8 +51,11 @@ _ACTOR_SKIP = frozenset({"spec", "policy", "lock", "select", "env_spec"})
 #: Attributes never captured anywhere: closures that build envs, registration specs, render handles.
 _SKIP = frozenset({"env_fns", "spec", "_cached_spec", "_saved_kwargs", "render_mode", "screen", "clock",
                    "_metadata"})
-#: Code, not state: the fresh actor has the same functions (an observation transform's lambda, say).
-_CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial)
+#: Not state: code the fresh actor has too (an observation transform's lambda, say), and gymnasium
+#: spaces (bounds and shapes are static; their RNG serves only ``.sample()``, which actors never call,
+#: and an unseeded one would make two captures of one state differ).
+_STATIC = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial,
+           gymnasium.spaces.Space)
 #: Module prefixes whose objects are walked attribute by attribute.
 _WALKED = ("gymnasium.", "core.")
 #: Largest document :func:`loads` accepts (a stored document is data from disk: bounded).
@@ -109,11 +114,8 @@ def _encode(v, path: str):
     if callable(v) and not hasattr(v, "__dict__"):
         raise ActorStateUnsupported(f"{path}: {_qualname(v)} is not data")
     if type(v).__module__.startswith(_WALKED) and hasattr(v, "__dict__"):
-        items = v.__dict__.items()
-        if type(v).__module__.startswith("gymnasium.spaces"):    # static but for the RNG of .sample()
-            items = [(k, x) for k, x in items if k == "_np_random"]
-        return {"__obj__": _qualname(v), "attrs": {k: _encode(x, f"{path}.{k}") for k, x in items
-                                                   if k not in _SKIP and not isinstance(x, _CODE)}}
+        return {"__obj__": _qualname(v), "attrs": {k: _encode(x, f"{path}.{k}") for k, x in v.__dict__.items()
+                                                   if k not in _SKIP and not isinstance(x, _STATIC)}}
     raise ActorStateUnsupported(f"{path}: {_qualname(v)} is not data")
 
 

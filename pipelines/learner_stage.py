@@ -62,13 +62,15 @@ def configure_threads(cfg) -> None:
 
 
 def learner_parts(cfg, run_dir: str, create_store: bool = False,
-                  checkpoint_engine: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                  checkpoint_engine: Optional[Dict[str, Any]] = None, store=None,
+                  cache_rows: Optional[int] = None) -> Dict[str, Any]:
     """What every learner stage holds (this one and Beam's, ``pipelines.beam_learner``), built one way.
 
     Pins TensorFlow's thread pools and turns op determinism on first (same seed, same parameters,
-    wherever the stage runs), then returns ``spec``, ``store`` (opened, or created with
-    ``create_store``), ``ckpt`` (``checkpoint_engine``: extra Checkpointer options), ``best_ckpt``,
-    ``builder``, ``learner``, ``cache``, ``sampler`` and the actors' ``quantizer``.
+    wherever the stage runs), then returns ``spec``, ``store`` (the run's ``replay``, opened, or
+    created with ``create_store``; or the given ``store``: an offline run's fixed dataset), ``ckpt``
+    (``checkpoint_engine``: extra Checkpointer options), ``best_ckpt``, ``builder``, ``learner``,
+    ``cache`` (``cache_rows`` rows, default ``replay.capacity``), ``sampler`` and the actors' ``quantizer``.
     """
     from core.agents.registry import get_builder
     from core.checkpoint import Checkpointer
@@ -79,12 +81,13 @@ def learner_parts(cfg, run_dir: str, create_store: bool = False,
     import tensorflow as tf
     tf.config.experimental.enable_op_determinism()
     spec = env_spec(cfg.env.id)
-    store_url = urls.join(run_dir, "replay")
-    store = (ReplayStore.open_or_create(store_url, env_id=cfg.env.id, **cfg.replay.writer_options()) if create_store
-             else ReplayStore.open(store_url, **cfg.replay.writer_options()))
+    if store is None:
+        store_url = urls.join(run_dir, "replay")
+        store = (ReplayStore.open_or_create(store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
+                 if create_store else ReplayStore.open(store_url, **cfg.replay.writer_options()))
     builder = get_builder(cfg.agent.algo)
     learner = builder.make_learner(spec, cfg.agent, cfg.seed)
-    cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
+    cache = ReplayCache(store, max_transitions=cache_rows or cfg.replay.capacity)
     return {"spec": spec, "store": store,
             "ckpt": Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                  keep_every=cfg.checkpoint.keep_every, **(checkpoint_engine or {})),
@@ -102,14 +105,17 @@ class LearnerStage:
       run_dir: the run directory (its ``replay`` store exists: the driver creates it).
       async_versions: quantize in a background thread when asked (central mode, non-deterministic).
       dask_client: the driver's client, for ``checkpoint.engine: dask`` (the stage is then in the driver).
+      store, cache_rows: another replay store than the run's own, and its cache size (offline training).
     """
 
-    def __init__(self, cfg, run_dir: str, async_versions: bool = False, dask_client=None):
+    def __init__(self, cfg, run_dir: str, async_versions: bool = False, dask_client=None, store=None,
+                 cache_rows: Optional[int] = None):
         from core.quality import BroadcastQualityProbe
         from core.quantize import AsyncQuantizer
         self.cfg, self.run_dir = cfg, run_dir
         vars(self).update(learner_parts(cfg, run_dir, checkpoint_engine=(   # validated: executor dask
-            {"engine": "dask", "dask_client": dask_client} if cfg.checkpoint.engine == "dask" else None)))
+            {"engine": "dask", "dask_client": dask_client} if cfg.checkpoint.engine == "dask" else None),
+            store=store, cache_rows=cache_rows))
         self.async_quantizer = (AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
                                 if async_versions else None)
         self.plan = TrainingPlan.from_config(cfg)
@@ -180,7 +186,7 @@ class LearnerStage:
         that version afterwards (see :meth:`new_version`).
         """
         from pipelines.flight import StallError
-        resume_lib.refresh_cache(self.cache, self.store, block)   # the plan's shards only
+        self.refresh_cache(block)
         calls = self.plan.calls(self.learner.steps, target)
         if calls and self.cache.size < self.cfg.replay.min_size:   # would wait forever: say why instead
             raise StallError(
@@ -200,6 +206,10 @@ class LearnerStage:
         self.seconds["learn_stage"] += t_learned - t_block
         self.seconds["new_version"] += time.perf_counter() - t_learned
         return {"steps": self.steps, "published": published, "records": self._drain()}
+
+    def refresh_cache(self, block: int) -> None:
+        """Load the committed shards of the plan's blocks ``<= block`` into the cache (and no later ones)."""
+        resume_lib.refresh_cache(self.cache, self.store, block)
 
     def stage_seconds(self) -> Dict[str, float]:
         """Seconds this stage spent training and making versions in ``learn_block`` (asked once, at the end)."""

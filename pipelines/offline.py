@@ -33,13 +33,12 @@ class OfflineStage(LearnerStage):
     """The online runs' learner stage; its cache holds every row of a fixed dataset."""
 
     def __init__(self, cfg, run_dir: str, store, rows: int):
-        from core.replay import ReplayCache, ReplayStore
-        # The stage's parts open the run's own replay store: an offline run's stays empty.
-        ReplayStore.open_or_create(urls.join(run_dir, "replay"), env_id=cfg.env.id, **cfg.replay.writer_options())
-        super().__init__(cfg, run_dir)
-        self.store, self.cache = store, ReplayCache(store, max_transitions=max(rows, 1))
-        self.sampler = self.builder.make_sampler(self.cache, cfg.agent)
+        super().__init__(cfg, run_dir, store=store, cache_rows=max(rows, 1))
         self.total = max(1, int(cfg.total_env_steps * cfg.learner.replay_ratio))
+
+    def refresh_cache(self, block: int) -> None:
+        """The whole fixed dataset, whatever the block: its shard ids are not the plan's."""
+        self.cache.refresh()
 
     def target(self, block: int, cap: int) -> int:
         return min(cap, int(self.plan.replay_ratio * (block + 1) * self.plan.block_rows))
