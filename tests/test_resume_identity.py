@@ -22,30 +22,16 @@ import numpy as np
 import pytest
 
 from test_determinism import SETTINGS, _assert_same_run, _params, _replay, _run  # noqa: F401
+from test_training import KILL_AFTER
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": REPO}
 SET = [a for s in SETTINGS for a in ("--set", s)]
 
-#: Kills itself (SIGKILL, no cleanup) right after the n-th call of ``Trainer.<where>``, once the
-#: first checkpoint is complete: an exact kill point, where polling from outside lands anywhere.
-KILL_AT = """
-import os, signal, sys
-from pipelines import driver
-where, n = sys.argv[1], int(sys.argv[2])
-seen = [0]
-original = getattr(driver.Trainer, where)
-def wrapped(self, *args, **kwargs):
-    out = original(self, *args, **kwargs)
-    seen[0] += 1
-    if seen[0] == n:
-        self.stage.run("wait_checkpoints")
-        os.kill(os.getpid(), signal.SIGKILL)
-    return out
-setattr(driver.Trainer, where, wrapped)
-from pipelines.train import main
-sys.exit(main(sys.argv[3:]))
-"""
+#: Kills itself (SIGKILL, no cleanup) right after the n-th call of ``Trainer.<where>``, once the checkpoints
+#: asked so far are complete: an exact kill point, where polling from outside lands anywhere.
+KILL_AT = KILL_AFTER
+KILL_ENV = {**ENV, "KILL_AFTER_CHECKPOINTS": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +97,7 @@ def test_a_run_killed_at_any_point_after_a_checkpoint_resumes_bit_identical(
         uninterrupted, tmp_path, where, n, block, precommitted):
     run_dir = str(tmp_path / "killed")
     killed = subprocess.run([sys.executable, "-c", KILL_AT, where, str(n), "--run-dir", run_dir, "--no-progress",
-                             "--executor", "local", *SET], cwd=REPO, env=ENV, capture_output=True, text=True,
+                             "--executor", "local", *SET], cwd=REPO, env=KILL_ENV, capture_output=True, text=True,
                             timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     resumed = _resume(run_dir)
@@ -130,7 +116,7 @@ def test_versions_older_than_the_checkpointed_parameters_are_republished_exactly
     run_dir = str(tmp_path / "killed")
     killed = subprocess.run([sys.executable, "-c", KILL_AT, "_committed", "3", "--run-dir", run_dir, "--no-progress",
                              "--executor", "local", *SET, *[a for s in extra for a in ("--set", s)]],
-                            cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+                            cwd=REPO, env=KILL_ENV, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     resumed = _resume(run_dir)
     assert _resume_record(run_dir)["versions_restored"] == [1, 2]
