@@ -165,9 +165,11 @@ def test_a_real_cluster_that_loses_a_worker_is_identical_or_the_documented_excep
     from test_dask_cluster import REPO, THREAD_ENV, Cluster, _check_replay, _metrics
     cluster = Cluster(tmp_path)
     run_dir = str(tmp_path / "cluster")
+    # A stall (seen once in ~20 runs, not reproduced) ends the run with the driver's one-line StallError
+    # naming what it waited for, well before this test's timeout.
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.train", "--executor", "dask", "--dask-address",
                              cluster.address, "--run-dir", run_dir, "--no-progress",
-                             *[a for s in SETTINGS for a in ("--set", s)]],
+                             *[a for s in SETTINGS for a in ("--set", s)], "--set", "actors.stall_timeout_s=90"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **THREAD_ENV})
     try:
