@@ -46,6 +46,7 @@ from core.rollout import ActorSpec
 from pipelines import resume as resume_lib
 from pipelines import stages
 from pipelines.block_tasks import BlockTasks
+from pipelines.evaluations import EvaluationSteps
 from pipelines import summary as summary_lib
 from pipelines.flight import STALL_MIN_S, Flight, LoopState, StallError  # noqa: F401  (re-exported)
 from pipelines.learner_stage import (InProcessParts, InProcessStage, LearnerStage,  # noqa: F401 (re-exported)
@@ -53,7 +54,7 @@ from pipelines.learner_stage import (InProcessParts, InProcessStage, LearnerStag
 from pipelines.plan import TrainingPlan
 
 
-class Trainer(BlockTasks, InProcessParts):
+class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
     """One training run (see module docstring). ``run()`` returns the summary dict."""
 
     def __init__(self, cfg, run_dir: str, executor, progress: bool = True, resume: bool = False):
@@ -340,34 +341,6 @@ class Trainer(BlockTasks, InProcessParts):
             f.last_ckpt_step = self.learner_steps
             f.timed("checkpoint", self._checkpoint, f)
 
-    def _evaluate(self, f: Flight, block: int, env_steps: int, ref=None, version: Optional[int] = None,
-                  n: Optional[int] = None) -> None:
-        """Submit an evaluation planned after learner block ``block`` (default: of the newest version)."""
-        fut = self._submit_evaluation(ref, version, n)
-        f.evals.append((block, fut, env_steps))
-        f.eval_submitted[fut] = time.time()   # an evaluation's seconds count in the stall bound
-        f.eval_meta[fut] = (self.loop.policy_version if version is None else version, self.n_evals if n is None else n)
-
-    def _resume_evaluations(self, f: Flight) -> None:
-        """Resume: submit again, in order, the evaluations the checkpoint left undecided (same seeds)."""
-        for block, version, env_steps, n in self.loop.pending_evals:
-            self._evaluate(f, block, env_steps, self.restored_eval_refs[version], version, n)
-        self.loop.pending_evals = []
-
-    def _submit_evaluation(self, ref=None, version: Optional[int] = None, n: Optional[int] = None):
-        """Evaluate ``version`` (default: the newest) as evaluation number ``n`` (default: the next one)."""
-        cfg = self.cfg
-        if n is None:
-            self.n_evals += 1
-            n = self.n_evals
-        self.eval_versions.add(self.loop.policy_version if version is None else version)
-        return self.executor.submit(
-            stages.run_evaluation_task, self.payload_ref if ref is None else ref, cfg.env.id, cfg.eval.episodes,
-            cfg.seed + 100_000 + 1_000 * n, cfg.env.max_episode_steps,
-            self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
-            keep_returns=False, frame_stack=getattr(cfg.agent, "frame_stack", 1),
-            key=f"eval-{self.run_id}-{n}")
-
     # -- 4. stalls ---------------------------------------------------------------------
     def _watch(self, f: Flight, progressed: bool) -> None:
         """Wait for the next thing the plan needs; a StallError after the stall bound without progress."""
@@ -398,25 +371,6 @@ class Trainer(BlockTasks, InProcessParts):
             return self.cfg.replay.shard_max_rows
         per_task = self.cfg.env.num_envs * self.cfg.actors.steps_per_task
         return max(per_task * self.cfg.actors.num_actors, 512)
-
-    def _on_evaluation(self, result: Dict[str, Any], start: float, env_steps: Optional[int] = None) -> bool:
-        """Log an evaluation, keep the best version's parameters; True = stop (target reached).
-
-        Versions are ranked by the confirmed mean when there is one (see
-        ``run_evaluation_task``), so the kept policy is the most trustworthy.
-        ``env_steps``: the committed env steps the evaluation was planned at.
-        """
-        cfg = self.cfg
-        if env_steps is not None:
-            result = {**result, "env_steps": int(env_steps)}
-        score = summary_lib.evaluation_score(result)
-        self.eval_versions.discard(result["version"])
-        summary_lib.log_evaluation(self.log, self.loop, result)
-        if score > self.loop.best_return:
-            self.loop.best_return = score
-            self.loop.best_version = result["version"]
-            self.stage.run("save_best", result["version"], json.dumps(result))
-        return summary_lib.record_target(cfg, self.loop, result)
 
     def _checkpoint(self, f: Optional[Flight] = None) -> None:
         """Checkpoint the learner with the loop's counters and (given ``f``) what resume needs of the plan."""
