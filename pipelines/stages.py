@@ -74,7 +74,7 @@ ACTOR_STATES_ATTR = "actor_states"
 
 
 def encode_state(doc: Dict[str, Any]) -> Dict[str, Any]:
-    """An actor state document as stored: ``{"zlib": base64}`` of its JSON (~16 KB -> ~3 KB for 8
+    """An actor state document as stored: ``{"zlib": base64}`` of its JSON (~13 KB -> ~3 KB for 8
     CartPole envs: most of it is repeated structure), or ``{"unsupported": reason}`` as it is."""
     if "unsupported" in doc:
         return dict(doc)
