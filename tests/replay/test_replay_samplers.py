@@ -242,3 +242,16 @@ def test_prioritized_restore_keeps_only_rows_still_in_their_slot(tmp_path):
     leaves = again.tree.leaves()
     np.testing.assert_allclose(leaves[:5], [1.0, 4.0 ** 0.5, 3.0 ** 0.5, 4.0 ** 0.5, 0.0], rtol=1e-15)
     assert not leaves[5:].any() and again.max_priority == 4.0     # slot 4: the episode's last row
+
+
+def test_a_prioritized_sampler_that_never_sampled_saves_empty_arrays_and_restores_them(tmp_path):
+    """A checkpoint before the first sample (an empty cache): empty zarr arrays, max priority 1, no tree."""
+    from core.checkpoint import Checkpointer
+    cache = ReplayCache(ReplayStore.open_or_create(str(tmp_path / "r")))
+    with Checkpointer(str(tmp_path / "ckpt")) as ckpt:
+        ckpt.save(1, {"sampler": PrioritizedNStepSampler(cache, alpha=0.6).priority_state()})
+        saved = ckpt.restore(1)[0]["sampler"]
+    assert saved["row_id"].shape == saved["priority"].shape == (0,) and saved["max_priority"] == 1.0
+    fresh = PrioritizedNStepSampler(cache, alpha=0.6)
+    fresh.restore_priorities(saved)
+    assert fresh.tree is None and fresh.max_priority == 1.0
