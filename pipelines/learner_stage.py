@@ -148,7 +148,8 @@ class LearnerStage:
         the blocks after it act with, the parameters of versions still being
         evaluated; see :meth:`checkpoint`), held again for :meth:`payload` and
         :meth:`save_best`. The replay cache is rebuilt as the uninterrupted run
-        built it (:func:`pipelines.resume.replay_cache`).
+        built it (:func:`pipelines.resume.replay_cache`), then a prioritized
+        sampler takes its priorities back (``restore_priorities``).
         """
         step = self.ckpt.latest_step()
         if step is None:
@@ -159,6 +160,8 @@ class LearnerStage:
                     for v, m in sorted(meta.get("versions", {}).items(), key=lambda kv: int(kv[0]))]
         resume_lib.replay_cache(self.cache, self.store, json.loads(meta["loop"]).get("block"),
                                 meta.get("replay_log_version"))
+        if "sampler" in state and hasattr(self.sampler, "restore_priorities"):   # onto the rebuilt cache
+            self.sampler.restore_priorities(state["sampler"])
         return {"loop": meta["loop"], "steps": self.steps, "versions": versions}
 
     def _restore_version(self, version: int, meta: Dict[str, Any], arrays: Dict[str, Any]) -> Dict[str, Any]:
@@ -307,8 +310,11 @@ class LearnerStage:
         flatbuffer bytes, so a resumed run republishes exactly them, int8-full
         calibration included); ``params_of``: versions whose parameters it
         carries (those still being evaluated: the best checkpoint may need them).
+        A prioritized sampler's priorities go in ``sampler/`` (16 bytes a cached row).
         """
         tree: Dict[str, Any] = {"learner": self.learner.state()}
+        if hasattr(self.sampler, "priority_state"):    # prioritized replay: the priorities, row ids, max
+            tree["sampler"] = self.sampler.priority_state()
         kept: Dict[str, Any] = {}
         for v in versions:
             p = self.payloads[v]

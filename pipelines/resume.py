@@ -1,7 +1,7 @@
 """What ``--resume`` needs beyond the learner's checkpoint, so a resumed run ends bit-identical.
 
 A run killed after a checkpoint and resumed must follow its plan
-(:mod:`pipelines.plan`) exactly as if it had never stopped. Three kinds of
+(:mod:`pipelines.plan`) exactly as if it had never stopped. Four kinds of
 state make that possible, each stored where it becomes durable together with
 what it describes::
 
@@ -9,6 +9,8 @@ what it describes::
                                      (payload bytes), the evaluations still undecided (block,
                                      version, env steps, seed index; their versions' parameters),
                                      the evaluation and broadcast cadence       -> plan_state
+    checkpoint (sampler/ arrays)     a prioritized sampler's priorities, their row ids and the max
+                                     priority, restored onto the rebuilt cache  -> restore_priorities
     replay shard s{b} (attrs)        every actor's env state after block b (core.actor_state,
                                      written by the block's shard write)        -> load_actor_states
     commit log entry of s{b} (meta)  the episodes that ended in block b         -> committed_episodes

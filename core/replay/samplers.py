@@ -37,7 +37,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -125,7 +125,72 @@ class NStepSampler:
         return out
 
 
-class PrioritizedNStepSampler(NStepSampler):
+class PriorityState:
+    """A prioritized sampler's priorities as arrays, so ``--resume`` samples what the run would have.
+
+    A mixin of the prioritized samplers (this module's, and R2D2's sequence
+    sampler). What changes their sampling, besides the cache and the RNG
+    (a stream of its own per learner block, :mod:`pipelines.plan`), is
+    ``_prio`` (``p ** alpha`` per cache slot: the sum-tree's leaves are it,
+    masked to the sampleable rows), ``_owner`` (the row id each priority
+    belongs to: a slot whose row changed gets ``max_priority ** alpha`` at
+    the next sync) and ``max_priority``. The tree itself is not state: it is
+    rebuilt from them at the next sync, and its sums are the same pairwise
+    sums ``update`` computes, so the leaves fix every node bit for bit.
+
+    Example::
+
+        state = sampler.priority_state()      # {"row_id", "priority", "max_priority", "alpha"}
+        # ... rebuild the same cache (pipelines.resume.replay_cache) and a fresh sampler over it ...
+        fresh.restore_priorities(state)       # fresh.sample(b, rng) == sampler.sample(b, rng)
+    """
+
+    tree: Optional[SumTree]
+
+    def _allocate_priorities(self) -> None:
+        """The tree and per-slot arrays, once the cache has its capacity (fixed from then on)."""
+        if self.tree is None:
+            c = self.cache
+            self.tree = SumTree(c.capacity)
+            self._owner = np.full(c.capacity, -1, np.int64)   # row id each stored priority belongs to
+            self._prio = np.zeros(c.capacity, np.float64)     # p^alpha per slot
+
+    def priority_state(self) -> Dict[str, Any]:
+        """Copies of the priorities held (slots that never held a row are left out: 16 bytes a row)."""
+        if self.tree is None:
+            rows, prio = np.zeros(0, np.int64), np.zeros(0, np.float64)
+        else:
+            held = self._owner >= 0
+            rows, prio = self._owner[held], self._prio[held]     # boolean indexing: fresh copies
+        return {"row_id": rows, "priority": prio, "max_priority": float(self.max_priority),
+                "alpha": float(self.alpha)}
+
+    def restore_priorities(self, state: Dict[str, Any]) -> None:
+        """Take over ``priority_state()``'s priorities; call it once the cache is rebuilt.
+
+        A priority is kept where its row is still in its slot (``row_id %
+        capacity``); the others (a cache rebuilt smaller, or differently)
+        count as new rows and get ``max_priority`` at the next sync, as
+        their slots would have anyway. A changed ``alpha`` re-exponentiates.
+        """
+        self.max_priority = float(state["max_priority"])
+        # Both samplers' sync markers: the next sample recomputes sampleable rows and rebuilds the tree.
+        self._generation = self._tree_generation = -1
+        c = self.cache
+        if not c.capacity:
+            return
+        self._allocate_priorities()
+        rows = np.asarray(state["row_id"], np.int64)
+        prio = np.asarray(state["priority"], np.float64)
+        if float(state["alpha"]) != self.alpha:
+            prio = np.power(prio, self.alpha / float(state["alpha"]))
+        slots = c.slots(rows)
+        here = c.row_id[slots] == rows
+        self._owner[:], self._prio[:] = -1, 0.0
+        self._owner[slots[here]], self._prio[slots[here]] = rows[here], prio[here]
+
+
+class PrioritizedNStepSampler(PriorityState, NStepSampler):
     """n-step transitions sampled in proportion to ``priority ** alpha`` (sum-tree).
 
     Example::
@@ -148,10 +213,7 @@ class PrioritizedNStepSampler(NStepSampler):
         c = self.cache
         if not c.capacity:
             return True
-        if self.tree is None:
-            self.tree = SumTree(c.capacity)
-            self._owner = np.full(c.capacity, -1, np.int64)  # row id each stored priority belongs to
-            self._prio = np.zeros(c.capacity, np.float64)
+        self._allocate_priorities()
         fresh = self._owner != c.row_id
         self._prio[fresh] = self.max_priority ** self.alpha
         self._owner[fresh] = c.row_id[fresh]

@@ -161,3 +161,97 @@ def test_empty_cache_raises_clear_error(tmp_path):
     cache.refresh()
     with pytest.raises(ReplayError, match="no sampleable transitions"):
         NStepSampler(cache).sample(4, np.random.default_rng(0))
+
+
+# -- prioritized state through a checkpoint (--resume) ----------------------------------------------------
+
+def _prioritized(kind, cache):
+    if kind == "nstep":
+        return PrioritizedNStepSampler(cache, n=3, gamma=0.9, alpha=0.6, beta=0.4)
+    from core.agents.r2d2.sampler import PrioritizedSequenceSampler
+    return PrioritizedSequenceSampler(cache, length=8, burn_in=2, alpha=0.9, beta=0.6)
+
+
+def _train_steps(sampler, rng, steps=6, batch=16):
+    """What the learner does to a prioritized sampler: sample, then set the batch's priorities."""
+    batches = []
+    for _ in range(steps):
+        b = sampler.sample(batch, rng)
+        sampler.update_priorities(b["index"], rng.random(batch) * 3.0)
+        batches.append(b)
+    return batches
+
+
+@pytest.mark.parametrize("kind", ["nstep", "sequence"])
+def test_prioritized_state_round_trips_through_a_checkpoint_exactly(tmp_path, kind):
+    """Priorities saved (zarr, core.checkpoint) and restored into a fresh sampler over the same cache:
+    the same RNG then draws the same batches, weights and probabilities, bit for bit. The ring overflows
+    (new rows overwrite old slots) and the last refresh before the save is not synced yet."""
+    from replay_fakes import random_batch
+    from core.checkpoint import Checkpointer
+    store = ReplayStore.open_or_create(str(tmp_path / "r"), env_id="CartPole-v1")
+    caches = [ReplayCache(store, max_transitions=600) for _ in range(2)]     # refreshed in lockstep
+
+    def commit(seed):
+        store.commit([store.write_shard(f"s{seed}", [random_batch(seed)]).id])   # 256 rows each
+        for c in caches:
+            c.refresh()
+    original = _prioritized(kind, caches[0])
+    for seed in range(3):
+        commit(seed)
+        _train_steps(original, np.random.default_rng(seed))
+    commit(3)                                  # evicts rows of shard 0; the sampler has not seen it
+    with Checkpointer(str(tmp_path / "ckpt")) as ckpt:
+        ckpt.save(1, {"sampler": original.priority_state()})
+        state, _ = ckpt.restore(1)
+    saved = state["sampler"]
+    assert saved["row_id"].dtype == np.int64 and saved["priority"].dtype == np.float64
+    assert len(saved["row_id"]) == 600 and saved["max_priority"] == original.max_priority > 1.0
+    restored, plain = _prioritized(kind, caches[1]), _prioritized(kind, caches[1])
+    restored.restore_priorities(saved)
+    for seed in (3, 4):
+        if seed == 4:
+            commit(4)
+        ours = _train_steps(original, np.random.default_rng(10 + seed))
+        theirs = _train_steps(restored, np.random.default_rng(10 + seed))
+        for a, b in zip(ours, theirs):
+            assert a.keys() == b.keys()
+            for name in a:
+                np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        np.testing.assert_array_equal(original.tree.tree, restored.tree.tree)
+    assert original.max_priority == restored.max_priority
+    # Without the restore, the same cache and RNG draw other rows: the state is what makes them equal.
+    fresh = _train_steps(plain, np.random.default_rng(14))
+    assert any(not np.array_equal(a["index"], b["index"]) for a, b in zip(ours, fresh))
+
+
+def test_prioritized_restore_keeps_only_rows_still_in_their_slot(tmp_path):
+    """Restored onto a cache whose slot holds another row than saved, that slot gets the max priority, as
+    a new row does; the other rows keep theirs; a changed alpha re-exponentiates (p^1 -> p^0.5)."""
+    store, cache = _single_episode_store(tmp_path)            # rows 0..4, sampleable 0..3
+    sampler = PrioritizedNStepSampler(cache, n=1, gamma=GAMMA, alpha=1.0, beta=0.0, eps=0.0)
+    index = np.sort(np.unique(sampler.sample(400, np.random.default_rng(1))["index"]))
+    sampler.update_priorities(index, np.array([1.0, 2.0, 3.0, 4.0]))
+    state = sampler.priority_state()
+    np.testing.assert_array_equal(state["row_id"], [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(state["priority"], [1.0, 2.0, 3.0, 4.0, 1.0])   # row 4: new, max at sync
+    state["row_id"][1] = 7                      # as if slot 1 held another row
+    again = PrioritizedNStepSampler(cache, n=1, gamma=GAMMA, alpha=0.5, beta=0.0, eps=0.0)
+    again.restore_priorities(state)
+    again.sample(1, np.random.default_rng(0))
+    leaves = again.tree.leaves()
+    np.testing.assert_allclose(leaves[:5], [1.0, 4.0 ** 0.5, 3.0 ** 0.5, 4.0 ** 0.5, 0.0], rtol=1e-15)
+    assert not leaves[5:].any() and again.max_priority == 4.0     # slot 4: the episode's last row
+
+
+def test_a_prioritized_sampler_that_never_sampled_saves_empty_arrays_and_restores_them(tmp_path):
+    """A checkpoint before the first sample (an empty cache): empty zarr arrays, max priority 1, no tree."""
+    from core.checkpoint import Checkpointer
+    cache = ReplayCache(ReplayStore.open_or_create(str(tmp_path / "r")))
+    with Checkpointer(str(tmp_path / "ckpt")) as ckpt:
+        ckpt.save(1, {"sampler": PrioritizedNStepSampler(cache, alpha=0.6).priority_state()})
+        saved = ckpt.restore(1)[0]["sampler"]
+    assert saved["row_id"].shape == saved["priority"].shape == (0,) and saved["max_priority"] == 1.0
+    fresh = PrioritizedNStepSampler(cache, alpha=0.6)
+    fresh.restore_priorities(saved)
+    assert fresh.tree is None and fresh.max_priority == 1.0

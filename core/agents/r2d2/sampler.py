@@ -13,7 +13,9 @@ learner (:func:`core.agents.r2d2.losses.sequence_priorities`,
 ``eta max|delta| + (1-eta) mean|delta|``); new rows get the largest priority
 seen so far, so fresh data is replayed soon. A priority belongs to the
 sequence's *start row* (``index[:, 0]``); stale row ids (evicted from the
-cache) are ignored.
+cache) are ignored. ``priority_state`` / ``restore_priorities``
+(:class:`core.replay.samplers.PriorityState`) carry the priorities through
+a checkpoint.
 
 Example::
 
@@ -28,9 +30,10 @@ from typing import Dict, Optional
 import numpy as np
 
 from core.replay import ReplayError, SequenceSampler, SumTree
+from core.replay.samplers import PriorityState
 
 
-class PrioritizedSequenceSampler(SequenceSampler):
+class PrioritizedSequenceSampler(PriorityState, SequenceSampler):
     """Sequences ``[B, L, ...]`` sampled by priority, with IS weights (see module docstring)."""
 
     def __init__(self, cache, length: int = 40, burn_in: int = 10, alpha: float = 0.9, beta: float = 0.6,
@@ -46,10 +49,7 @@ class PrioritizedSequenceSampler(SequenceSampler):
         c = self.cache
         if self._tree_generation == c.generation or not c.capacity:
             return
-        if self.tree is None:
-            self.tree = SumTree(c.capacity)
-            self._owner = np.full(c.capacity, -1, np.int64)   # row id each stored priority belongs to
-            self._prio = np.zeros(c.capacity, np.float64)     # p^alpha per slot
+        self._allocate_priorities()
         fresh = self._owner != c.row_id
         self._prio[fresh] = self.max_priority ** self.alpha
         self._owner[fresh] = c.row_id[fresh]
