@@ -111,3 +111,38 @@ def test_a_killed_actor_is_started_again_and_replays_its_task(tmp_path, monkeypa
     assert len(np.unique(rows, axis=0)) == len(rows) == 4096
     incarnation = np.concatenate([(x["episode_id"] >> 53).reshape(-1) for _, x in replay])
     assert set(np.unique(incarnation)) == {0, 1}                    # actor 1's rows after the kill
+
+
+#: A checkpoint every 15 learner steps lands at learner block 1 (20 steps) and at the end (40).
+RESUME_SETTINGS = ["checkpoint.every_steps=15"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("where, n, block, states_from", [
+    ("_checkpoint", 1, 2, "s00000001"),    # right after the first checkpoint: actors continue at block 2
+    ("_committed", 3, 2, "s00000002"),     # block 2 committed after it too: actors continue at block 3
+], ids=["after-the-first-checkpoint", "a-block-committed-after-it"])
+def test_a_central_run_killed_after_a_checkpoint_and_resumed_is_bit_identical(
+        central_run, tmp_path, where, n, block, states_from):
+    """SIGKILL the learner process (server and trainer) at an exact point after its first checkpoint,
+    then ``--resume``: the server hands every env-only actor its stored env state (from the last committed
+    block's shard) and continues its episode ids, steps and returns, so the run ends as one never killed."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    from test_resume_identity import KILL_AT, KILL_ENV, REPO, _resume, _resume_record
+    run_dir = str(tmp_path / "killed")
+    args = [a for s in [*SETTINGS, *RESUME_SETTINGS] for a in ("--set", s)]
+    killed = subprocess.run([sys.executable, "-c", KILL_AT, where, str(n), "--config",
+                             os.path.join("configs", "cartpole-vtrace.yaml"), "--run-dir", run_dir, "--no-progress",
+                             "--executor", "local", *args], cwd=REPO, env=KILL_ENV, capture_output=True, text=True,
+                            timeout=200)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not os.path.exists(os.path.join(run_dir, "summary.json"))      # killed before its end
+    resumed = _resume(run_dir)
+    record = _resume_record(run_dir)
+    assert record["block"] == block and record["actor_states_from"] == states_from, record
+    assert record["actors_restored"] == [0, 1, 2, 3] and record["bit_identical"], record
+    assert json.load(open(os.path.join(run_dir, "summary.json")))["inference"]["connections"] == 4
+    _assert_same_run(central_run, resumed, f"central: uninterrupted vs killed after {where} {n} + resumed")
