@@ -144,5 +144,7 @@ def test_a_central_run_killed_after_a_checkpoint_and_resumed_is_bit_identical(
     record = _resume_record(run_dir)
     assert record["block"] == block and record["actor_states_from"] == states_from, record
     assert record["actors_restored"] == [0, 1, 2, 3] and record["bit_identical"], record
-    assert json.load(open(os.path.join(run_dir, "summary.json")))["inference"]["connections"] == 4
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        (served,) = [r for r in map(json.loads, f) if r["kind"] == "inference"]     # the resumed server's
+    assert served["connections"] == 4 and served["rejected"] == 0
     _assert_same_run(central_run, resumed, f"central: uninterrupted vs killed after {where} {n} + resumed")
