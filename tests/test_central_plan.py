@@ -87,6 +87,16 @@ def test_central_inference_gives_the_run_local_inference_gives(central_run, tmp_
     cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["executor=local", *settings])
     run_dir = os.path.join(str(tmp_path), "local-inference")
     _assert_same_run(central_run, (train(cfg, run_dir, progress=False), run_dir), "central vs local inference")
+    # Each block's shard stores every actor's state after it (what --resume continues): the server joins the
+    # env-only actor's envs and its own bookkeeping into the very document a local actor captures.
+    from core.replay import ReplayStore
+    from pipelines import stages
+    central, local = ReplayStore.open(os.path.join(central_run[1], "replay")), ReplayStore.open(os.path.join(run_dir, "replay"))
+    for b in range(4):
+        sid = stages.shard_id_for(b)
+        want = {a: stages.state_text(d) for a, d in stages.actor_states(local, sid).items()}
+        assert sorted(want) == ["0", "1", "2", "3"]
+        assert {a: stages.state_text(d) for a, d in stages.actor_states(central, sid).items()} == want, sid
 
 
 def test_a_killed_actor_is_started_again_and_replays_its_task(tmp_path, monkeypatch):
