@@ -31,6 +31,16 @@ An actor lost mid-run is started again; it reconnects and plays its
 unfinished task again from envs seeded for that task, with new episode ids
 (complete and consistent, but not bit-identical to an undisturbed run).
 
+``--resume`` is bit-identical, as for actor-side inference: every block's
+last task ends with the actor's state, joined by the server from the
+env-only actor's envs and its own episode bookkeeping, frame stack and
+recurrent carry into the document a local actor stores
+(:mod:`core.inference.states`), and the block's shard holds it. A resumed
+run republishes the checkpoint's versions, starts the server with a
+:class:`~core.inference.states.ResumePoint` per stored actor (the welcome
+hands the actor its envs) and grants the plan's tasks from there. Actor
+processes exit when their trainer is gone (a SIGKILL runs no cleanup).
+
 Addresses (:mod:`core.inference.endpoint`): a unix-domain socket in a private
 0700 directory for the local executor, TCP on ``127.0.0.1`` (an ephemeral
 port) for a Dask LocalCluster, and the interface that routes to the scheduler

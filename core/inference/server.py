@@ -64,6 +64,15 @@ per request, :data:`PHASES`); the actor's own ``step_ms`` adds its side, and
 the difference of the two round trips is gRPC and the transport
 (``python -m benchmarks.seed_inference --profile``).
 
+**Actor states** (``capture_every``, ``resume_points``; :mod:`core.inference.states`): the
+reply to the last step of a plan block's last task asks the actor for its
+envs (``state: k``); the step that opens task ``k`` brings them, and the
+finished task's result carries the local actor's state document
+(``RolloutResult.actor_state``), which the shard write stores. A resumed
+run's connection whose next unfinished task is a stored point's continues
+it: the server restores the bookkeeping, frames and carry, and the welcome
+carries the envs (``env_state``) for the actor to restore.
+
 A stream that breaks (actor killed, network) just ends: its unfinished task
 is dropped and the reconnecting actor plays it again with fresh envs (seeded
 from ``(seed, actor, task)``, as a rebuilt local actor) and a new
