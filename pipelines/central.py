@@ -31,6 +31,16 @@ An actor lost mid-run is started again; it reconnects and plays its
 unfinished task again from envs seeded for that task, with new episode ids
 (complete and consistent, but not bit-identical to an undisturbed run).
 
+``--resume`` is bit-identical, as for actor-side inference: every block's
+last task ends with the actor's state, joined by the server from the
+env-only actor's envs and its own episode bookkeeping, frame stack and
+recurrent carry into the document a local actor stores
+(:mod:`core.inference.states`), and the block's shard holds it. A resumed
+run republishes the checkpoint's versions, starts the server with a
+:class:`~core.inference.states.ResumePoint` per stored actor (the welcome
+hands the actor its envs) and grants the plan's tasks from there. Actor
+processes exit when their trainer is gone (a SIGKILL runs no cleanup).
+
 Addresses (:mod:`core.inference.endpoint`): a unix-domain socket in a private
 0700 directory for the local executor, TCP on ``127.0.0.1`` (an ephemeral
 port) for a Dask LocalCluster, and the interface that routes to the scheduler
@@ -91,9 +101,20 @@ class _ProcessFuture:
             self.process.terminate()
 
 
-def _actor_process(endpoint, spec) -> None:
+def _actor_process(endpoint, spec, parent: int) -> None:
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     from core.inference.client import run_env_actor_task
     run_env_actor_task(endpoint, spec)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this actor once the trainer that spawned it is gone (a SIGKILL runs no cleanup): no orphan
+    retries a dead server, or holds the killed run's output pipes open."""
+    import os
+    import time
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(0)
 
 
 class _PlannedFuture:
@@ -223,9 +244,23 @@ class CentralTrainer(Trainer):
 
     def _publish(self, payload) -> None:
         super()._publish(payload)
-        if self.server is None:            # the first version: serve it, then start the actors
+        self._serve(payload)
+
+    def _first_versions(self) -> None:
+        super()._first_versions()          # a resumed run republishes the checkpoint's versions, not _publish
+        self._serve(self.payload)
+
+    def _serve(self, payload) -> None:
+        """The first version: serve it, then start the actors."""
+        if self.server is None:
             self.server = self._start_server(payload)
             self.actors = self._start_actors()
+
+    def _resume_points(self):
+        """Actor -> ResumePoint of its stored state (``--resume``): the server continues it, not seeds."""
+        from core.inference.states import ResumePoint
+        return {a: ResumePoint.from_document(self.actor_specs[a], stored.doc)
+                for a, stored in self.stored_states.items()}
 
     def _start_server(self, payload):
         """The inference server on the listen plan; actors get ``self.endpoint`` (address, token, TLS root)."""
@@ -238,7 +273,8 @@ class CentralTrainer(Trainer):
             selector=self.builder.action_selector, max_batch_size=max(cfg.env.num_envs * cfg.actors.num_actors, 1),
             max_wait_s=0.002, frame_stack=getattr(cfg.agent, "frame_stack", 1), litert_threads=cfg.threads.litert,
             seed=cfg.seed, token=new_token(), tls=server_tls(cfg), scheduled=True,
-            first_task=self.actor_specs[0].first_task, max_versions=cfg.actors.policy_lag + 2)
+            first_task=self.actor_specs[0].first_task, max_versions=cfg.actors.policy_lag + 2,
+            capture_every=self.plan.tasks_per_block, resume_points=self._resume_points())
         try:
             server.start()
         except OSError as e:   # e.g. inference_server.bind_host names no interface of this host
@@ -259,7 +295,8 @@ class CentralTrainer(Trainer):
         from core.inference.client import run_env_actors_task
         specs = self.actor_specs[g::self.actor_groups]
         if self.cfg.executor == "local":
-            return _ProcessFuture(_actor_process, (self.endpoint, specs[0]))
+            import os
+            return _ProcessFuture(_actor_process, (self.endpoint, specs[0], os.getpid()))
         return self.executor.cluster.submit(run_env_actors_task, self.endpoint, specs, actor=g,
                                             key=f"env-actors-{self.run_id}-g{g}-r{self.restarts[g]}")
 

@@ -13,7 +13,10 @@ step model and the Nature CNN held as well when measured, 2026-12-01).
 
 V-trace CartPole, 4,096 env steps (4 blocks of 1,024 rows), learning from
 1,024 rows at replay ratio 0.01 (several policy versions, two of them live
-at once with policy lag 1), an evaluation at 2,048. About 40 s.
+at once with policy lag 1), an evaluation at 2,048. A run SIGKILLed after a
+checkpoint and resumed with ``--resume`` ends bit-identical too (the server
+stores and continues every actor's state, :mod:`core.inference.states`).
+About 40 s, plus about 75 s for the two resume cases.
 """
 import os
 
@@ -87,6 +90,16 @@ def test_central_inference_gives_the_run_local_inference_gives(central_run, tmp_
     cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["executor=local", *settings])
     run_dir = os.path.join(str(tmp_path), "local-inference")
     _assert_same_run(central_run, (train(cfg, run_dir, progress=False), run_dir), "central vs local inference")
+    # Each block's shard stores every actor's state after it (what --resume continues): the server joins the
+    # env-only actor's envs and its own bookkeeping into the very document a local actor captures.
+    from core.replay import ReplayStore
+    from pipelines import stages
+    central, local = ReplayStore.open(os.path.join(central_run[1], "replay")), ReplayStore.open(os.path.join(run_dir, "replay"))
+    for b in range(4):
+        sid = stages.shard_id_for(b)
+        want = {a: stages.state_text(d) for a, d in stages.actor_states(local, sid).items()}
+        assert sorted(want) == ["0", "1", "2", "3"]
+        assert {a: stages.state_text(d) for a, d in stages.actor_states(central, sid).items()} == want, sid
 
 
 def test_a_killed_actor_is_started_again_and_replays_its_task(tmp_path, monkeypatch):
@@ -111,3 +124,40 @@ def test_a_killed_actor_is_started_again_and_replays_its_task(tmp_path, monkeypa
     assert len(np.unique(rows, axis=0)) == len(rows) == 4096
     incarnation = np.concatenate([(x["episode_id"] >> 53).reshape(-1) for _, x in replay])
     assert set(np.unique(incarnation)) == {0, 1}                    # actor 1's rows after the kill
+
+
+#: A checkpoint every 15 learner steps lands at learner block 1 (20 steps) and at the end (40).
+RESUME_SETTINGS = ["checkpoint.every_steps=15"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("where, n, block, states_from", [
+    ("_checkpoint", 1, 2, "s00000001"),    # right after the first checkpoint: actors continue at block 2
+    ("_committed", 3, 2, "s00000002"),     # block 2 committed after it too: actors continue at block 3
+], ids=["after-the-first-checkpoint", "a-block-committed-after-it"])
+def test_a_central_run_killed_after_a_checkpoint_and_resumed_is_bit_identical(
+        central_run, tmp_path, where, n, block, states_from):
+    """SIGKILL the learner process (server and trainer) at an exact point after its first checkpoint,
+    then ``--resume``: the server hands every env-only actor its stored env state (from the last committed
+    block's shard) and continues its episode ids, steps and returns, so the run ends as one never killed."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    from test_resume_identity import KILL_AT, KILL_ENV, REPO, _resume, _resume_record
+    run_dir = str(tmp_path / "killed")
+    args = [a for s in [*SETTINGS, *RESUME_SETTINGS] for a in ("--set", s)]
+    killed = subprocess.run([sys.executable, "-c", KILL_AT, where, str(n), "--config",
+                             os.path.join("configs", "cartpole-vtrace.yaml"), "--run-dir", run_dir, "--no-progress",
+                             "--executor", "local", *args], cwd=REPO, env=KILL_ENV, capture_output=True, text=True,
+                            timeout=200)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not os.path.exists(os.path.join(run_dir, "summary.json"))      # killed before its end
+    resumed = _resume(run_dir)
+    record = _resume_record(run_dir)
+    assert record["block"] == block and record["actor_states_from"] == states_from, record
+    assert record["actors_restored"] == [0, 1, 2, 3] and record["bit_identical"], record
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        (served,) = [r for r in map(json.loads, f) if r["kind"] == "inference"]     # the resumed server's
+    assert served["connections"] == 4 and served["rejected"] == 0
+    _assert_same_run(central_run, resumed, f"central: uninterrupted vs killed after {where} {n} + resumed")

@@ -18,6 +18,11 @@ Faults:
 * **unreachable address**: after ``give_up_s`` without a working connection
   the task fails with :class:`InferenceUnavailable`, a one-line message naming
   the address and how long it tried;
+* **resume**: a welcome that carries ``env_state`` (a resumed run's stored
+  state, :mod:`core.inference.states`) restores the envs from it instead of
+  seeds, so the actor continues its episodes exactly; and a reply with
+  ``state: k`` (the end of a plan block) asks for the envs' state before task
+  ``k`` with the next step, which the server stores in the block's shard;
 * a server that rejects the actor's messages (``INVALID_ARGUMENT``) or its
   token (``UNAUTHENTICATED``) will reject it again: raised at once, no retry.
 
@@ -146,14 +151,16 @@ class _AsyncSession:
     def __init__(self, call):
         self.call = call
         self.connection, self.task = -1, 0
+        self.env_state: Optional[np.ndarray] = None    # a resumed actor's stored envs (the welcome's)
 
     @classmethod
     async def open(cls, channel, spec, obs_shape, obs_dtype: str, metadata=()) -> "_AsyncSession":
         session = cls(channel.stream_stream(protocol.METHOD)(metadata=metadata))    # bytes in, bytes out
         await session.send({"kind": "hello", "actor_id": spec.actor_id, "num_envs": spec.num_envs,
                             "env_id": spec.env_id, "obs_shape": list(obs_shape), "obs_dtype": obs_dtype})
-        header, _ = await session.receive("welcome")
+        header, arrays = await session.receive("welcome")
         session.connection, session.task = int(header["connection"]), int(header["task"])
+        session.env_state = arrays.get("env_state")
         return session
 
     async def send(self, header: Dict[str, Any], arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
@@ -177,6 +184,7 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
     """The actor loop of :func:`run_env_actor_task` (reconnect and backoff as in the module docstring)."""
     import grpc
     from core.envs import env_spec, make_vector_env
+    from core.inference.states import actor_half, restore_actor_half
     from core.rollout import _env_seed
     address = endpoint.address
     opts = [("grpc.max_receive_message_length", max_message_bytes),
@@ -202,23 +210,31 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
             sessions += 1
             reconnects += 1
             down_since, delay = None, backoff_s
-            # Envs seeded as a local actor built at this task (core.rollout): a reconnect plays the
-            # server's next unfinished task again from fresh envs.
-            seed = _env_seed(spec, session.task)
-            envs, obs = make_vector_env(spec.env_id, spec.num_envs, seed, spec.max_episode_steps)
             e = spec.num_envs
+            if session.env_state is not None:    # a resumed run: the envs stored at the server's task
+                envs, obs, term, trunc = restore_actor_half(spec, session.env_state)
+            else:
+                # Envs seeded as a local actor built at this task (core.rollout): a reconnect plays the
+                # server's next unfinished task again from fresh envs.
+                seed = _env_seed(spec, session.task)
+                envs, obs = make_vector_env(spec.env_id, spec.num_envs, seed, spec.max_episode_steps)
+                term = np.zeros(e, bool)
+                trunc = np.zeros(e, bool)
             reward = np.zeros(e, np.float32)
-            term = np.zeros(e, bool)
-            trunc = np.zeros(e, bool)
+            state_for: Optional[int] = None      # the task whose envs the server asked for (block ends)
             while max_env_steps is None or env_steps < max_env_steps:
                 t0, c0 = time.perf_counter(), time.process_time()
-                await session.send({"kind": "step"}, {"observation": obs, "reward": reward.astype(np.float32),
-                                                      "terminated": term, "truncated": trunc})
+                step = {"observation": obs, "reward": reward.astype(np.float32), "terminated": term,
+                        "truncated": trunc}
+                if state_for is not None:
+                    step["env_state"] = np.frombuffer(actor_half(spec, state_for, envs), np.uint8)
+                await session.send({"kind": "step"}, step)
                 t1 = time.perf_counter()
                 header, arrays = await session.receive("actions")
                 t2 = time.perf_counter()
                 if header.get("stop"):
                     return _stats(spec, env_steps, reconnects, episodes, start, stopped=True, profile=prof)
+                state_for = header.get("state")
                 e0 = time.thread_time()
                 obs, reward, term, trunc, _ = envs.step(arrays["action"])
                 prof["env_cpu"] += time.thread_time() - e0

@@ -5,7 +5,8 @@ decoded message must contain before the central server
 (:mod:`core.inference.server`) acts on it: a ``hello`` names an actor id, a
 number of envs and the observation shape and dtype of the server's env; a
 ``step`` carries ``observation``, ``reward``, ``terminated`` and ``truncated``
-of exactly those envs, flags as bool and observations of the spec's dtype.
+of exactly those envs, flags as bool and observations of the spec's dtype
+(and, when the server asked for it, ``env_state``: 1-d uint8 JSON text).
 Anything else raises :class:`core.inference.protocol.ProtocolError`, one line
 naming what is wrong and what is valid; the server aborts that stream with
 ``INVALID_ARGUMENT``, so nothing the shard writer would refuse reaches an
@@ -94,4 +95,8 @@ class MessageChecks:
         if arrays["observation"].dtype != self._obs_dtype:
             raise protocol.ProtocolError(f"step array 'observation' has dtype {arrays['observation'].dtype}, "
                                          f"expected {self.spec.obs_dtype} ({self.spec.env_id})")
+        state = arrays.get("env_state")     # the actor's envs, when the server asked (core.inference.states)
+        if state is not None and (state.dtype != np.uint8 or state.ndim != 1):
+            raise protocol.ProtocolError(f"step array 'env_state' must be 1-d uint8 (JSON text), got "
+                                         f"{state.dtype}{list(state.shape)}")
         return arrays

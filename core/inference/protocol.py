@@ -27,6 +27,9 @@ Stream conversation (one bidi stream per env-only actor)::
                                                   this actor replaced the stream: close it)
     ... step/actions repeat ...
 
+    (resume, core.inference.states) welcome may carry env_state u8 (a stored actor's envs); actions may
+    carry {state: k} (a plan block ends): the next step then carries env_state u8, the envs before task k
+
 ``reward`` is the reward of the previous action; ``terminated``/``truncated``
 flag the observation they come with (RLDS rows, :mod:`core.trajectory`).
 """

@@ -64,6 +64,15 @@ per request, :data:`PHASES`); the actor's own ``step_ms`` adds its side, and
 the difference of the two round trips is gRPC and the transport
 (``python -m benchmarks.seed_inference --profile``).
 
+**Actor states** (``capture_every``, ``resume_points``; :mod:`core.inference.states`): the
+reply to the last step of a plan block's last task asks the actor for its
+envs (``state: k``); the step that opens task ``k`` brings them, and the
+finished task's result carries the local actor's state document
+(``RolloutResult.actor_state``), which the shard write stores. A resumed
+run's connection whose next unfinished task is a stored point's continues
+it: the server restores the bookkeeping, frames and carry, and the welcome
+carries the envs (``env_state``) for the actor to restore.
+
 A stream that breaks (actor killed, network) just ends: its unfinished task
 is dropped and the reconnecting actor plays it again with fresh envs (seeded
 from ``(seed, actor, task)``, as a rebuilt local actor) and a new
@@ -128,6 +137,10 @@ class InferenceServer:
       scheduled: steps wait for :meth:`grant` of their task (module docstring); ``first_task``: the task
         every actor's first connection starts at (a resumed run's first block).
       max_versions: runners kept, one per policy version in use (scheduled).
+      capture_every: tasks per plan block: the result of every block's last task carries the actor's state
+        (``actor_state``, :mod:`core.inference.states`); 0: never.
+      resume_points: actor id -> :class:`core.inference.states.ResumePoint`: a connection whose next
+        unfinished task is the point's continues from it (a resumed run) instead of from seeds.
       token: the run's secret every stream must present (default: a fresh one, see :attr:`token`).
       tls: ``(certificate chain PEM, private key PEM)`` to serve over TLS; None = plaintext.
       runner: what runs the policy (default: a :class:`LiteRTRunner` of ``payload`` sized to
@@ -144,7 +157,8 @@ class InferenceServer:
                  litert_threads: int = 1, first_connection: int = 0, seed: int = 0,
                  token: Optional[str] = None, tls: Optional[tuple] = None,
                  runner: Optional[InferenceRunner] = None, adaptive_wait: bool = False,
-                 scheduled: bool = False, first_task: int = 0, max_versions: int = 4):
+                 scheduled: bool = False, first_task: int = 0, max_versions: int = 4,
+                 capture_every: int = 0, resume_points: Optional[Dict[int, Any]] = None):
         self.address, self.spec, self.unroll_length = address, spec, int(unroll_length)
         self.selector = selector
         self.select = SELECTORS[selector]
@@ -164,6 +178,7 @@ class InferenceServer:
         self.max_batch_size, self.litert_threads = int(max_batch_size), int(litert_threads)
         self.max_versions = max(1, int(max_versions))
         self.scheduled, self.first_task = bool(scheduled), int(first_task)
+        self.capture_every, self.resume_points = int(capture_every), dict(resume_points or {})
         self._first_payload = payload                 # sizes each connection's recurrent carry
         self._carries: Dict[int, Tuple[int, Any]] = {}    # actor id -> (connection, carry) of its live stream
         self.first_connection = int(first_connection)
@@ -334,12 +349,13 @@ class InferenceServer:
         stream.rng = np.random.default_rng([self.seed, stream.actor_id, task, 1])   # the local actor's stream
         return True
 
-    def _finish_task(self, stream: "_Stream", task: int, batch: TrajectoryBatch, returns, lengths) -> None:
+    def _finish_task(self, stream: "_Stream", task: int, batch: TrajectoryBatch, returns, lengths,
+                     actor_state: Optional[Dict[str, Any]] = None) -> None:
         """A task's unroll is complete: keep it for the trainer (scheduled) or for :meth:`drain`."""
         stats = RolloutStats(stream.actor_id, task, batch.size, int(batch.policy_version.flat[0]), list(returns),
                              list(lengths), time.perf_counter() - stream.task_t0, stream.infer_s,
                              f"central a{stream.actor_id} c{stream.connection}")
-        self.tasks.finish(stream.actor_id, task, RolloutResult(batch, stats))
+        self.tasks.finish(stream.actor_id, task, RolloutResult(batch, stats, actor_state=actor_state))
         if self.on_result is not None:
             self.on_result(stream.actor_id, task)
 
@@ -365,8 +381,9 @@ class InferenceServer:
         stream = self._open_stream(actor_id, e)
         want = self.checks.step_shapes(e)
         try:
+            resumed = {"env_state": np.frombuffer(stream.point.actor_bytes, np.uint8)} if stream.point else None
             yield protocol.encode({"kind": "welcome", "connection": stream.connection,
-                                   "task": stream.unrolls.first_task, "incarnation": stream.incarnation})
+                                   "task": stream.unrolls.first_task, "incarnation": stream.incarnation}, resumed)
             for raw in request_iterator:
                 t0 = time.perf_counter()
                 try:
@@ -381,7 +398,11 @@ class InferenceServer:
                 # waits for its own task's version (which may need the learner to train on it).
                 done = stream.unrolls.observe(arrays["reward"], arrays["terminated"], arrays["truncated"])
                 if done is not None:
-                    self._finish_task(stream, *done)
+                    try:
+                        state = self._captured(stream, done[0], arrays)
+                    except protocol.ProtocolError as err:
+                        self._reject(context, grpc.StatusCode.INVALID_ARGUMENT, str(err))
+                    self._finish_task(stream, *done, actor_state=state)
                 if stream.unrolls.task != stream.task and not self._begin_task(stream, stream.unrolls.task):
                     if self._closing.is_set():
                         context.abort(grpc.StatusCode.UNAVAILABLE, "inference server is shutting down")
@@ -391,8 +412,10 @@ class InferenceServer:
                 t2 = time.perf_counter()
                 action, times = self._step(stream, arrays)
                 t3 = time.perf_counter()
-                reply = protocol.encode({"kind": "actions", "stop": self._stop.is_set()},
-                                        {"action": action.astype(np.int64)})
+                header = {"kind": "actions", "stop": self._stop.is_set()}
+                if self._captures(stream.unrolls.task) and stream.unrolls.ends_task:
+                    header["state"] = stream.unrolls.task + 1     # send your envs with the next step
+                reply = protocol.encode(header, {"action": action.astype(np.int64)})
                 self._record(t1 - t0, t2 - t1, *times, time.perf_counter() - t3)
                 yield reply
         finally:
@@ -411,7 +434,39 @@ class InferenceServer:
                 self._carries[actor_id] = (conn, carry)     # replaces a previous connection's state
         unrolls = UnrollAssembler(actor_id, num_envs, self.unroll_length, first_task, incarnation,
                                   self.spec.env_id, self.seed)
-        return _Stream(actor_id, conn, incarnation, unrolls, FrameStacker(self.frame_stack), carry)
+        stacker = FrameStacker(self.frame_stack)
+        point = self.resume_points.get(actor_id)
+        if point is not None and point.task == first_task:    # a resumed run: continue the stored state
+            bookkeeping, stacker.frames, stored_carry = point.server_half()
+            unrolls.resume(bookkeeping)
+            if carry is not None:
+                carry = stored_carry
+                with self._cv:
+                    if self._carries.get(actor_id, (None,))[0] == conn:
+                        self._carries[actor_id] = (conn, carry)
+        else:
+            point = None
+        stream = _Stream(actor_id, conn, incarnation, unrolls, stacker, carry)
+        stream.point = point
+        return stream
+
+    def _captures(self, task: int) -> bool:
+        """Whether ``task`` ends a plan block, so its result carries the actor's state."""
+        return self.capture_every > 0 and (task + 1) % self.capture_every == 0
+
+    def _captured(self, stream: "_Stream", task: int, arrays: Dict[str, np.ndarray]) -> Optional[Dict[str, Any]]:
+        """The actor's state after ``task`` (just finished) if the plan stores it: the local actor's document.
+
+        Raises:
+          protocol.ProtocolError: the step lacks the ``env_state`` the server asked for, or it does not fit.
+        """
+        if not self._captures(task):
+            return None
+        if "env_state" not in arrays:
+            raise protocol.ProtocolError(f"step opening task {task + 1} lacks the env_state the server asked for")
+        from core.inference.states import join
+        return join(self.spec.env_id, task + 1, stream.unrolls, stream.stacker, stream.carry,
+                    arrays["observation"], arrays["terminated"], arrays["truncated"], arrays["env_state"])
 
     def _close_stream(self, stream: "_Stream") -> None:
         with self._lock:
@@ -457,7 +512,7 @@ class _Stream:
     """Per-connection state of one actor stream (see :meth:`InferenceServer._open_stream`)."""
 
     __slots__ = ("actor_id", "connection", "incarnation", "unrolls", "stacker", "carry", "task", "version",
-                 "explore", "rng", "task_t0", "infer_s")
+                 "explore", "rng", "task_t0", "infer_s", "point")
 
     def __init__(self, actor_id: int, connection: int, incarnation: int, unrolls: UnrollAssembler,
                  stacker: FrameStacker, carry):
@@ -466,3 +521,4 @@ class _Stream:
         self.task = -1                       # the task being played (none yet)
         self.version, self.explore, self.rng = -1, {}, None
         self.task_t0 = self.infer_s = 0.0
+        self.point = None                    # the ResumePoint it continues (a resumed run's first task)

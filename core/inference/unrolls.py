@@ -59,6 +59,18 @@ class UnrollAssembler:
         self.messages = 0                                  # steps observed on this connection
         self.returns: List[float] = []                     # episodes that ended in the current task
         self.lengths: List[int] = []
+        self._first_new = np.ones(e, bool)               # a fresh connection starts every episode
+
+    def resume(self, bookkeeping: Dict[str, np.ndarray]) -> None:
+        """Continue a stored actor's episodes (``core.inference.states.ResumePoint``) instead of new ones."""
+        for name, value in bookkeeping.items():
+            setattr(self, name, value)
+        self._first_new = self.step == 0                 # as a local actor: a row of step 0 starts one
+
+    @property
+    def ends_task(self) -> bool:
+        """Whether the pending row (recorded by :meth:`act`) is the last row of its task."""
+        return self.messages > 0 and (self.messages - 1) % self.length == self.length - 1
 
     @property
     def task(self) -> int:
@@ -77,7 +89,7 @@ class UnrollAssembler:
         episode that ends with step ``t``'s observation counts in row ``t-1``'s task (as locally).
         """
         done = None
-        self._new = np.ones(self.num_envs, bool)
+        self._new = self._first_new
         if self.pending is not None:
             prev_task = self.first_task + (self.messages - 1) // self.length
             prev_last = self._new = self.pending["terminated"] | self.pending["truncated"]
