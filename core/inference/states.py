@@ -68,14 +68,20 @@ def join(env_id: str, task: int, unrolls, stacker, carry, obs: np.ndarray, termi
     Raises:
       ProtocolError: the actor's half is not a document of this actor, envs and task.
     """
-    from core.actor_state import ActorStateError, capture, loads
+    import json
+    from core.actor_state import MAX_DOC_BYTES, ActorStateError, capture, loads
     e = unrolls.num_envs
     try:
-        client = loads(bytes(half).decode())
-    except (ActorStateError, UnicodeDecodeError) as err:
+        text = bytes(half).decode()
+        raw = json.loads(text) if len(text) <= MAX_DOC_BYTES else None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ProtocolError(f"env_state: not JSON ({err})") from None
+    if isinstance(raw, dict) and set(raw) == {"unsupported"}:    # Atari, dm_control: not data (actor_half)
+        return {"unsupported": str(raw["unsupported"])}
+    try:
+        client = loads(text)
+    except ActorStateError as err:
         raise ProtocolError(f"env_state: {err}") from None
-    if "unsupported" in client:
-        return {"unsupported": str(client["unsupported"])}
     want = {"env_id": env_id, "actor": unrolls.actor_id, "num_envs": e, "task": task}
     if any(client.get(k) != v for k, v in want.items()) or "envs" not in client.get("state", {}):
         raise ProtocolError(f"env_state of actor {client.get('actor')!r} task {client.get('task')!r} is not "
