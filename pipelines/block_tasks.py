@@ -28,6 +28,9 @@ from typing import Any, Dict, List
 from pipelines import stages
 from pipelines.flight import Flight
 
+#: Resubmissions of one block's lost tasks before the run stops with a one-line error.
+MAX_BLOCK_RETRIES = 10
+
 
 class BlockTasks:
     """Rollout, write and commit steps of ``Trainer`` (a mixin: they share the run's state)."""
@@ -75,13 +78,38 @@ class BlockTasks:
 
     def _resubmit_lost(self, f: Flight, block: int) -> None:
         """A write Dask cancelled (its inputs were lost with a worker and forgotten): run them again."""
+        from pipelines.flight import StallError
         f.retries += 1
+        f.block_retries[block] = f.block_retries.get(block, 0) + 1
+        if f.block_retries[block] > MAX_BLOCK_RETRIES:    # never spin: each retry was cancelled at once
+            raise StallError(f"the tasks of block {block} were lost {MAX_BLOCK_RETRIES} times; valid: a "
+                             f"cluster whose workers stay up")
+        self._republish_if_lost(f, block)
         for i, (a, k) in enumerate(f.plan.tasks(block)):
             if f.rollouts[block][i].cancelled():
                 self.log.write("task_lost", step=self.loop.env_steps, task=f"rollout actor {a} task {k}")
                 f.rollouts[block][i] = self._submit_rollout(f, a, k, block, retry=f.retries)
         self.log.write("task_lost", step=self.loop.env_steps, task=f"write {stages.shard_id_for(block)}")
         f.writes[block] = self._submit_write(block, f.rollouts[block], retry=f.retries)
+
+    def _republish_if_lost(self, f: Flight, block: int) -> None:
+        """Scatter the block's policy payload again if Dask lost every replica of it with a worker.
+
+        Tasks given a lost payload are cancelled at once, so resubmitting them with it would loop.
+        """
+        ref, version = f.block_ref[block]
+        if not getattr(ref, "cancelled", lambda: False)():
+            return
+        self.log.write("task_lost", step=self.loop.env_steps, task=f"payload of version {version}")
+        new = self.stage.publish(version, key=f"payload-{self.run_id}-v{version}-r{f.retries}")
+        for table in (f.block_ref, f.versions):
+            for b, (r, v) in list(table.items()):
+                if r is ref:
+                    table[b] = (new, v)
+        if f.initial[0] is ref:
+            f.initial = (new, f.initial[1])
+        if self.payload_ref is ref:
+            self.payload_ref = new
 
     # -- 2. commits -------------------------------------------------------------------
     def _commit_next(self, f: Flight, bar) -> bool:

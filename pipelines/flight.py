@@ -76,6 +76,7 @@ class Flight:
     last_ckpt_step: int
     last_broadcast_step: int
     versions: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # learner block -> ref, version
+    block_retries: Dict[int, int] = dataclasses.field(default_factory=dict)   # block -> lost-task resubmissions
     rollouts: Dict[int, List[Any]] = dataclasses.field(default_factory=dict)        # block -> rollout futures
     block_ref: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # block -> its version
     writes: Dict[int, Any] = dataclasses.field(default_factory=dict)                # block -> write future
