@@ -43,12 +43,13 @@ SETTINGS: List[tuple] = [
      ["learner.replay_ratio=0.01", "agent.batch_size=32", "total_env_steps=8192"]),
     ("r0.01 b32 8env", CARTPOLE, "int8-dynamic",
      ["learner.replay_ratio=0.01", "agent.batch_size=32", "total_env_steps=8192"]),
+    # Actor-bound: 16k env steps give 30 learner steps, so the run measures a regime, not start-up.
     ("r0.002 b32 1env", CARTPOLE, "fp32",
-     ["learner.replay_ratio=0.002", "agent.batch_size=32", "env.num_envs=1", "total_env_steps=2048"]),
+     ["learner.replay_ratio=0.002", "agent.batch_size=32", "env.num_envs=1", "total_env_steps=16384"]),
     ("r0.002 b32 1env", CARTPOLE, "int8-dynamic",
-     ["learner.replay_ratio=0.002", "agent.batch_size=32", "env.num_envs=1", "total_env_steps=2048"]),
+     ["learner.replay_ratio=0.002", "agent.batch_size=32", "env.num_envs=1", "total_env_steps=16384"]),
     ("r0.002 b32 2env", CARTPOLE, "int8-full",
-     ["learner.replay_ratio=0.002", "agent.batch_size=32", "env.num_envs=2", "total_env_steps=4096"]),
+     ["learner.replay_ratio=0.002", "agent.batch_size=32", "env.num_envs=2", "total_env_steps=16384"]),
 ]
 COMMON = ["eval.every_env_steps=10000000", "carbon.backend=process-time"]
 

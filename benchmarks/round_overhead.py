@@ -3,8 +3,12 @@
 Both engines do the same work per round: ``--actors`` rollout tasks of
 ``--envs`` CartPole envs x ``--steps`` vector steps with an int8 policy,
 one shard write per task, one commit. Dask runs it on a LocalCluster that
-stays up between rounds (as in training); Beam builds and runs one pipeline
-per round (``pipelines.rounds.build_round``), as ``--executor beam`` does.
+stays up between rounds (as in training); Beam builds and runs one
+rollout-only pipeline per round (``pipelines.rounds.build_round``). Training
+with ``--executor beam`` runs ``--blocks_per_round`` plan blocks (rollouts,
+shard writes, commits and learner calls) per round pipeline
+(``pipelines.beam_blocks``), so its start-up cost is paid once per that many
+blocks, not per block as here.
 
     overhead per round = round wall time - rollout compute / workers
 

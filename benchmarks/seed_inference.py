@@ -303,7 +303,8 @@ def main(argv=None):
     p.add_argument("--max-wait-ms", type=float, default=2.0, help="the server's bound on a batch's wait")
     p.add_argument("--fixed-wait", action="store_true",
                    help="always wait up to --max-wait-ms (the server's default tunes the wait to arrivals)")
-    p.add_argument("--out", default="benchmarks/seed_inference.json")
+    p.add_argument("--out", default=None,
+                   help="also write every row as JSON to this path (e.g. benchmarks/results/seed-inference.json)")
     p.add_argument("--profile", action="store_true", help="print where each central step's time goes")
     args = p.parse_args(argv)
     if "rollout" in args.modes and any(NETS[n][2] > 1 for n in args.nets):
@@ -338,6 +339,8 @@ def main(argv=None):
                 if args.repeats > 1:
                     print(_median_summary(point, args.modes), flush=True)
                 rows += point
+    if args.out is None:
+        return 0
     with open(args.out, "w") as fh:
         json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "argv": sys.argv[1:],
                    "rows": rows}, fh, indent=1)

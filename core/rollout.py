@@ -119,7 +119,7 @@ class ActorState:
         # Seeds depend on the task the actor is (re)built at, so a rebuilt
         # actor does not replay the episodes its lost predecessor played.
         self.envs, self.obs = make_vector_env(spec.env_id, spec.num_envs,
-                                              seed=_env_seed(spec, task_index),
+                                              seed=env_seed(spec, task_index),
                                               max_episode_steps=spec.max_episode_steps)
         e = spec.num_envs
         # Stream ids < 2**21; a recovery rebuild sets bit 21 (module docstring).
@@ -221,7 +221,8 @@ def _frame_stacker(k: int):
     return FrameStacker(k)
 
 
-def _env_seed(spec: ActorSpec, task_index: int) -> int:
+def env_seed(spec: ActorSpec, task_index: int) -> int:
+    """The seed actor ``spec.actor_id``'s envs are built from for task ``task_index`` (local or central)."""
     return int(np.random.SeedSequence([spec.seed, spec.actor_id, task_index]).generate_state(1)[0] % (2**31 - 1))
 
 

@@ -67,6 +67,7 @@ from core.stage_cpu import counted
 from pipelines import policy_files, stages
 from pipelines.beam_records import (eval_digest, final_path, read_json, read_record, round_digest, round_path,
                                     write_json, write_record)
+from pipelines.evaluations import decide_evaluation, evaluation_args
 from pipelines.plan import TrainingPlan
 
 
@@ -234,27 +235,21 @@ def evaluate_block(state: Dict[str, Any], block: int, number: int, run: BlockRun
     cfg = run.cfg
     from core.agents.registry import get_builder
     payload = policy_files.read_payload(policy_files.payload_path(run.run_dir, _version_of(state)))
-    result = stages.run_evaluation_task(payload, cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * number,
-                                        cfg.env.max_episode_steps, get_builder(cfg.agent.algo).action_selector,
-                                        cfg.eval.target_return, cfg.eval.confirm_episodes, keep_returns=False,
-                                        frame_stack=getattr(cfg.agent, "frame_stack", 1))
+    selector = get_builder(cfg.agent.algo).action_selector
+    result = stages.run_evaluation_task(payload, *evaluation_args(cfg, number, selector))
     return write_record(run.run_dir, block, "eval", result)
 
 
 def _on_evaluation(run: BlockRun, loop, pending: List[Any]) -> Tuple[bool, Dict[str, Any]]:
     """The driver's ``_on_evaluation`` of one pending ``[block, version, env_steps, n]``: best, stop."""
-    from pipelines import summary as summary_lib
     from pipelines.beam_learner import save_best
     block, _, env_steps, _ = pending
     result = read_record(run.run_dir, int(block), "eval")
     if result is None:
         raise FileNotFoundError(f"evaluation of block {block} has no record under {urls.join(run.run_dir, 'blocks')}")
     result = {**result, "env_steps": int(env_steps)}
-    if summary_lib.evaluation_score(result) > loop.best_return:
-        loop.best_return, loop.best_version = summary_lib.evaluation_score(result), int(result["version"])
-        save_best(run.cfg, run.run_dir, result["version"], result)
     first = loop.time_to_target_s is None
-    stop = summary_lib.record_target(run.cfg, loop, result)
+    stop = decide_evaluation(run.cfg, loop, result, lambda version, r: save_best(run.cfg, run.run_dir, version, r))
     if first and loop.time_to_target_s is not None:     # from the launcher's start, not this worker's
         loop.time_to_target_s = time.time() - run.started_at
     return stop, result

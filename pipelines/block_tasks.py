@@ -140,7 +140,8 @@ class BlockTasks:
                            **stages.gc_stage(self.store, self.cfg.replay.gc_grace_s))
         f.trajectory_bytes += info.get("raw_bytes", 0)
         self.log.write("commit", step=self.loop.env_steps + info["rows"], log_version=log_version, shards=1,
-                       rows=info["rows"], bytes=info["nbytes"], block=c, write_s=info.get("write_s"))
+                       rows=info["rows"], bytes=info["nbytes"], block=c, write_s=info.get("write_s"),
+                       episodes=info.get("episodes", 0), return_sum=info.get("return_sum", 0.0))
         self._committed(f, c, info["rows"], info, bar)
         f.writes.pop(c)
         f.rollouts.pop(c)

@@ -18,11 +18,35 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from pipelines import stages
 from pipelines import summary as summary_lib
 from pipelines.flight import Flight
+
+
+def evaluation_args(cfg, n: int, selector: str) -> tuple:
+    """``run_evaluation_task(payload, *evaluation_args(cfg, n, selector))``: evaluation number ``n``.
+
+    Its seeds depend only on ``n``, so every executor (driver, Beam rounds,
+    offline training) plays the same episodes for the same evaluation.
+    """
+    return (cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * n, cfg.env.max_episode_steps, selector,
+            cfg.eval.target_return, cfg.eval.confirm_episodes, False, getattr(cfg.agent, "frame_stack", 1))
+
+
+def decide_evaluation(cfg, loop, result: Dict[str, Any], save_best: Callable[[int, Dict[str, Any]], None]) -> bool:
+    """Keep ``result``'s version if it is the best so far, note the target; True = stop (target reached).
+
+    Versions are ranked by the confirmed mean when there is one (see
+    ``run_evaluation_task``), so the kept policy is the most trustworthy;
+    ``save_best(version, result)`` stores the new best version's parameters.
+    """
+    score = summary_lib.evaluation_score(result)
+    if score > loop.best_return:
+        loop.best_return, loop.best_version = score, int(result["version"])
+        save_best(int(result["version"]), result)
+    return summary_lib.record_target(cfg, loop, result)
 
 
 class EvaluationSteps:
@@ -49,28 +73,18 @@ class EvaluationSteps:
             self.n_evals += 1
             n = self.n_evals
         self.eval_versions.add(self.loop.policy_version if version is None else version)
-        return self.executor.submit(
-            stages.run_evaluation_task, self.payload_ref if ref is None else ref, cfg.env.id, cfg.eval.episodes,
-            cfg.seed + 100_000 + 1_000 * n, cfg.env.max_episode_steps,
-            self.builder.action_selector, cfg.eval.target_return, cfg.eval.confirm_episodes,
-            keep_returns=False, frame_stack=getattr(cfg.agent, "frame_stack", 1),
-            key=f"eval-{self.run_id}-{n}")
+        args = evaluation_args(cfg, n, self.builder.action_selector)
+        return self.executor.submit(stages.run_evaluation_task, self.payload_ref if ref is None else ref, *args,
+                                    key=f"eval-{self.run_id}-{n}")
 
     def _on_evaluation(self, result: Dict[str, Any], start: float, env_steps: Optional[int] = None) -> bool:
-        """Log an evaluation, keep the best version's parameters; True = stop (target reached).
+        """Log an evaluation and decide it (:func:`decide_evaluation`); True = stop (target reached).
 
-        Versions are ranked by the confirmed mean when there is one (see
-        ``run_evaluation_task``), so the kept policy is the most trustworthy.
         ``env_steps``: the committed env steps the evaluation was planned at.
         """
-        cfg = self.cfg
         if env_steps is not None:
             result = {**result, "env_steps": int(env_steps)}
-        score = summary_lib.evaluation_score(result)
         self.eval_versions.discard(result["version"])
         summary_lib.log_evaluation(self.log, self.loop, result)
-        if score > self.loop.best_return:
-            self.loop.best_return = score
-            self.loop.best_version = result["version"]
-            self.stage.run("save_best", result["version"], json.dumps(result))
-        return summary_lib.record_target(cfg, self.loop, result)
+        return decide_evaluation(self.cfg, self.loop, result,
+                                 lambda version, r: self.stage.run("save_best", version, json.dumps(r)))

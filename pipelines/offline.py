@@ -77,15 +77,11 @@ def _open_dataset(cfg, run_dir: str, store_url: Optional[str], resume: bool):
 def _evaluate(cfg, stage: OfflineStage, loop: LoopState, log, progress: bool) -> None:
     """Play the block's new version (the online seeds); log it and keep it if it is the best."""
     from core.evaluation import run_evaluation_task
+    from pipelines.evaluations import decide_evaluation, evaluation_args
     v = loop.policy_version
-    r = run_evaluation_task(stage.payload(v), cfg.env.id, cfg.eval.episodes, cfg.seed + 100_000 + 1_000 * v,
-                            cfg.env.max_episode_steps, stage.builder.action_selector, cfg.eval.target_return,
-                            cfg.eval.confirm_episodes, False, getattr(cfg.agent, "frame_stack", 1))
+    r = run_evaluation_task(stage.payload(v), *evaluation_args(cfg, v, stage.builder.action_selector))
     summary_lib.log_evaluation(log, loop, {**r, "env_steps": stage.steps})   # step: learner steps (no env steps)
-    if summary_lib.evaluation_score(r) > loop.best_return:
-        loop.best_return, loop.best_version = summary_lib.evaluation_score(r), v
-        stage.save_best(v, json.dumps(r))
-    summary_lib.record_target(cfg, loop, r)
+    decide_evaluation(cfg, loop, r, lambda version, result: stage.save_best(version, json.dumps(result)))
     if progress:
         print(f"{cfg.agent.algo}: step {stage.steps:,} return {r['mean']:.1f} (best {loop.best_return:.1f})")
 

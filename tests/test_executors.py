@@ -9,7 +9,7 @@ and the final fp32 evaluation reaches ``THRESHOLD``.
 Budget and threshold (measured on the 2-core CI machine, seed 0): all three
 executors reach 100+ within 8,192 env steps; a random policy scores ~22.
 Whole file: ~3-4 minutes (beam pays ~5-10 s of DirectRunner start-up per
-round: 4 rounds for the smoke test, 2 for the resume test).
+round pipeline: one round for the smoke test, one per launch in the resume test).
 """
 import json
 import os
@@ -30,8 +30,8 @@ SUMMARY_KEYS = {"run_dir", "env_id", "executor", "precision", "seed", "env_steps
 
 
 def small_config(executor: str, total_env_steps: int = BUDGET, **extra):
-    # Beam rounds are num_actors x num_envs x steps_per_task = 2048 env steps; episodes in a round
-    # last at most steps_per_task = 128 steps (see pipelines.rounds), enough to learn past 100.
+    # A plan block is num_actors x num_envs x steps_per_task = 2048 env steps; a Beam round runs up to
+    # --blocks_per_round (16) blocks, and actors keep their envs across blocks and rounds (pipelines.rounds).
     data = {"executor": executor, "total_env_steps": total_env_steps, "seed": 0,
             "env": {"num_envs": 8},
             "actors": {"num_actors": 2, "steps_per_task": 128},

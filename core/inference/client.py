@@ -185,7 +185,7 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
     import grpc
     from core.envs import env_spec, make_vector_env
     from core.inference.states import actor_half, restore_actor_half
-    from core.rollout import _env_seed
+    from core.rollout import env_seed
     address = endpoint.address
     opts = [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)]
@@ -216,7 +216,7 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
             else:
                 # Envs seeded as a local actor built at this task (core.rollout): a reconnect plays the
                 # server's next unfinished task again from fresh envs.
-                seed = _env_seed(spec, session.task)
+                seed = env_seed(spec, session.task)
                 envs, obs = make_vector_env(spec.env_id, spec.num_envs, seed, spec.max_episode_steps)
                 term = np.zeros(e, bool)
                 trunc = np.zeros(e, bool)
