@@ -28,9 +28,17 @@ intra-op threads count):
   bytes, and a Dask ``scatter(broadcast=True)`` to the run's actor workers (``--no-dask`` skips it);
 * ``rollout_parallel``: the rollout stage on those Dask workers, every actor's
   tasks chained on its worker and all actors at once, as in the run (not with ``--no-dask``);
+* ``corun``: the same parallel rollouts again while this process trains the
+  learner beside them, one step per call, as the run's driver does in the
+  middle of a run: the learner's seconds per step and the actors' seconds per
+  env step when both run at once (CPU sharing, and the memory bandwidth and
+  caches a 3x2048 policy's weights contend for, which CPU seconds do not show);
 * ``storage``: ``write_shard_stage`` and ``commit_stage`` per env step and per shard, shards
   of one round of tasks (``actors.num_actors`` x ``env.num_envs`` x
-  ``actors.steps_per_task`` rows).
+  ``actors.steps_per_task`` rows); "commit" includes the learner's replay cache
+  refresh that follows each commit in the run (``refresh_shard_s`` on its own);
+  ``dispatch_s`` (on the Dask workers): a block's task graph with no work in it,
+  submit to result (:func:`block_round_trip`).
 
 The model (``benchmarks.actorq_model``, its docstring has the formulas):
 steady-state bounds (actors, learner, CPU) and the finite run played out as
@@ -143,11 +151,15 @@ def measure_rollouts(cfg, builder, payload, tasks: int, run_id: str) -> Tuple[Di
     return {"wall_s": sum(walls) / steps, "cpu_s": sum(cpus) / steps, "inference_wall_s": infer / steps}, results
 
 
-def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id: str) -> Dict[str, float]:
+def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id: str,
+                              learn: Optional[Callable[[], None]] = None) -> Dict[str, float]:
     """The rollout stage as the run runs it: every actor's tasks chained on its Dask worker, all at once.
 
     Per env step from the tasks' own ``RolloutStats.seconds`` (what the run's
-    ``workers`` records count), after one warm-up task per actor.
+    ``workers`` records count), after one warm-up task per actor. With
+    ``learn`` (one learner step), this process trains while the rollouts run
+    and ``learner_wall_s`` is the median wall of the steps that began after
+    the warm-up tasks and ended before the last rollout did (None if none did).
     """
     from core.rollout import ActorSpec, release_actors, run_rollout_task
     workers = sorted(client.scheduler_info()["workers"])
@@ -162,42 +174,71 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
             prev = client.submit(run_rollout_task, spec, ref, k, cfg.actors.steps_per_task, explore, after=prev,
                                  key=f"{run_id}-a{a}-t{k}", workers=[workers[a % len(workers)]])
             futures.append((k, prev))
+    learner_walls: List[float] = []
+    if learn is not None:
+        warm = [fut for k, fut in futures if k == 0]
+        while not all(fut.done() for fut in warm):
+            time.sleep(0.001)
+        running = lambda: not all(fut.done() for _, fut in futures)  # noqa: E731
+        while running():
+            t0 = time.perf_counter()
+            learn()
+            if running():                                  # the whole step ran beside the actors
+                learner_walls.append(time.perf_counter() - t0)
     stats = [fut.result().stats for k, fut in futures if k > 0]
     client.run(release_actors, run_id)
     steps = sum(st.env_steps for st in stats)
-    return {"wall_s": sum(st.seconds for st in stats) / steps,
-            "inference_wall_s": sum(st.inference_seconds for st in stats) / steps, "workers": len(workers)}
+    out = {"wall_s": sum(st.seconds for st in stats) / steps,
+           "inference_wall_s": sum(st.inference_seconds for st in stats) / steps, "workers": len(workers)}
+    if learn is not None:
+        out.update(learner_wall_s=statistics.median(learner_walls) if learner_walls else None,
+                   learner_steps=len(learner_walls))
+    return out
 
 
 def measure_storage(cfg, store, store_url: str, results: List[Any], shards: int) -> Dict[str, float]:
-    """Shard write and commit per env step, shards of one round of actor tasks."""
+    """Shard write, commit and the learner's cache refresh, per shard and per env step.
+
+    Shards hold up to one round of actor tasks, fewer when that leaves under 3
+    shards: the first shard pays one-off costs (opening the log, the cache's
+    first fill), which a run pays once, so the figures are medians over the
+    shards after it (the first alone if it is the only one).
+    """
+    from core.replay import ReplayCache
+    from pipelines import resume as resume_lib
     from pipelines import stages
-    per = max(1, cfg.actors.num_actors)
+    per = max(1, min(cfg.actors.num_actors, len(results) // 3))
     groups = [results[i:i + per] for i in range(0, len(results), per)][:shards]
-    w = {"write_wall": 0.0, "write_cpu": 0.0, "commit_wall": 0.0, "commit_cpu": 0.0}
-    rows = 0
+    cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
+    cost = {k: [] for k in ("write", "write_cpu", "commit", "commit_cpu", "refresh", "rows")}
     for g, group in enumerate(groups):
         sid = stages.shard_id_for(g)
         ww, wc, info = timed(lambda: stages.write_shard_stage(store_url, sid, group, cfg.replay.writer_options()), 1)
         kw, kc, _ = timed(lambda: stages.commit_stage(store, [sid]), 1)
-        w["write_wall"] += ww
-        w["write_cpu"] += wc
-        w["commit_wall"] += kw
-        w["commit_cpu"] += kc
-        rows += info["rows"]
-    k = max(len(groups), 1)   # a shard's write and commit cost mostly per shard, not per row (small rows)
-    return {"write_s": w["write_wall"] / rows, "write_cpu_s": w["write_cpu"] / rows,
-            "commit_s": w["commit_wall"] / rows, "commit_cpu_s": w["commit_cpu"] / rows, "rows": rows,
-            "write_shard_s": w["write_wall"] / k, "commit_shard_s": w["commit_wall"] / k, "shards": len(groups)}
+        # The learner stage refreshes its replay cache to the new shard before it trains on it.
+        rw, rc, _ = timed(lambda: resume_lib.refresh_cache(cache, store, g), 1)
+        for key, v in (("write", ww), ("write_cpu", wc), ("commit", kw + rw), ("commit_cpu", kc + rc),
+                       ("refresh", rw), ("rows", info["rows"])):
+            cost[key].append(v)
+    med = {k: statistics.median(v[1:] or v) for k, v in cost.items()}
+    rows = med["rows"]   # a shard's write and commit cost mostly per shard, not per row (small rows)
+    return {"write_s": med["write"] / rows, "write_cpu_s": med["write_cpu"] / rows,
+            "commit_s": med["commit"] / rows, "commit_cpu_s": med["commit_cpu"] / rows, "rows": sum(cost["rows"]),
+            "write_shard_s": med["write"], "commit_shard_s": med["commit"], "refresh_shard_s": med["refresh"],
+            "shards": len(groups)}
 
 
-def measure_learner(cfg, builder, learner, store, calls: int) -> Dict[str, float]:
-    """``learn_stage`` per learner step, after one warm-up call (tf.function tracing)."""
+def learner_sampler(cfg, builder, store):
+    """A sampler over every shard committed to ``store``, as the learner stage samples them."""
     from core.replay import ReplayCache
-    from pipelines import stages
     cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
     cache.refresh()
-    sampler = builder.make_sampler(cache, cfg.agent)
+    return builder.make_sampler(cache, cfg.agent), cache
+
+
+def measure_learner(cfg, learner, sampler, cache, calls: int) -> Dict[str, float]:
+    """``learn_stage`` per learner step, after one warm-up call (tf.function tracing)."""
+    from pipelines import stages
     rng = np.random.default_rng(cfg.seed)
     n, batch = cfg.learner.steps_per_call, cfg.agent.batch_size
     first, first_cpu, _ = timed(lambda: stages.learn_stage(learner, sampler, n, batch, rng), 1)
@@ -241,20 +282,43 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
         store_url = os.path.join(tmp, "replay")
         store = ReplayStore.open_or_create(store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
         out["storage"] = measure_storage(cfg, store, store_url, rollout_results, len(rollout_results))
-        out["learner"] = measure_learner(cfg, builder, learner, store, learner_calls)
-    if dask:
-        measure_on_workers(cfg, builder, payloads, out, repeats, tasks)
+        sampler, cache = learner_sampler(cfg, builder, store)
+        out["learner"] = measure_learner(cfg, learner, sampler, cache, learner_calls)
+        if dask:
+            from pipelines import stages
+            rng = np.random.default_rng(cfg.seed + 1)
+            learn = lambda: stages.learn_stage(learner, sampler, 1, cfg.agent.batch_size, rng)  # noqa: E731
+            learn()   # a one-step call's shape (reduce_retracing generalized it already: no new trace)
+            measure_on_workers(cfg, builder, payloads, out, repeats, tasks, learn)
     return out
 
 
+def block_round_trip(client, actors: int, repeats: int = 20) -> float:
+    """Median seconds for a block's task graph with no work in it: ``actors`` tasks spread over the
+    workers, one task taking all their results (the shard write's shape), its result at the driver."""
+    import uuid
+    workers = sorted(client.scheduler_info()["workers"])
+    walls = []
+    for r in range(repeats):
+        tag = uuid.uuid4().hex[:8]
+        t0 = time.perf_counter()
+        parts = [client.submit(abs, -a, key=f"rt-{tag}-{a}", workers=[workers[a % len(workers)]])
+                 for a in range(actors)]
+        client.submit(len, parts, key=f"rt-{tag}-w").result()
+        walls.append(time.perf_counter() - t0)
+    return statistics.median(walls)
+
+
 def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, Any], repeats: int,
-                       tasks: int) -> None:
-    """Dask scatter and parallel rollouts per precision, on a LocalCluster of the run's actor workers."""
+                       tasks: int, learn: Callable[[], None]) -> None:
+    """Dask scatter, parallel rollouts and co-run (rollouts beside ``learn``) per precision, on a
+    LocalCluster of the run's actor workers."""
     from distributed import Client, LocalCluster
     n = min(cfg.actors.num_actors, cfg.dask.n_workers or os.cpu_count() or 1)
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
     client = Client(cluster)
     try:
+        out["storage"]["dispatch_s"] = block_round_trip(client, cfg.actors.num_actors)
         for p, payload in payloads.items():
             def scatter():
                 fut = client.scatter(payload, broadcast=True, hash=False)
@@ -263,6 +327,12 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
             v["bcast_s"], v["bcast_cpu_s"], _ = timed(scatter, max(repeats, 3))
             out["precisions"][p]["rollout_parallel"] = measure_rollouts_parallel(
                 cfg, builder, payload, client, tasks, f"costs-par-{p}")
+            # Enough tasks for ~3 s of rollouts: many learner steps fit inside them.
+            task_s = out["precisions"][p]["rollout_parallel"]["wall_s"] * cfg.actors.steps_per_task * cfg.env.num_envs
+            co_tasks = min(500, max(2 * tasks, int(3.0 / max(task_s, 1e-6))))
+            co = measure_rollouts_parallel(cfg, builder, payload, client, co_tasks, f"costs-co-{p}", learn)
+            out["precisions"][p]["corun"] = {"rollout_wall_s": co["wall_s"], "learner_wall_s": co["learner_wall_s"],
+                                             "learner_steps": co["learner_steps"]}
     finally:
         client.close()
         cluster.close()

@@ -29,8 +29,8 @@ driver's block pipeline (:mod:`pipelines.plan`) played out with those costs.
 Block ``b`` holds ``R`` env steps; with ``lag = actors.policy_lag``::
 
     roll_end[b]  = max(roll_end[b-1], learn_end[b-1-lag]) + ceil(N/W) * (R/N) * A_p
-    write_end[b] = roll_end[b] + R * S
-    commit[b]    = max(write_end[b], learn_end[b-1]) + R * K
+    write_end[b] = roll_end[b] + R * S + D            D: a block's Dask round trip (where measured)
+    commit[b]    = max(write_end[b], learn_end[b-1]) + R * K * x   x: the learner thread's slowdown
     learn_end[b] = commit[b] + (target(b) - target(b-1)) * t_learn + [version due] * V_p
                    + [first call shape] * t_trace + [second] * t_retrace  (tf.function, reduce_retracing)
 
@@ -51,7 +51,7 @@ CPU per env step and ``s`` the inference speedup of ``p``,
 nothing (ratio 1).
 
 Ignored: contention between our own threads beyond CPU seconds (cache, memory
-bandwidth), evaluations, periodic checkpoints, start-up and the end-of-run
+bandwidth) where no co-run costs were measured, evaluations, periodic checkpoints, start-up and the end-of-run
 checkpoint (the validation compares the driver loop's own wall time).
 """
 from __future__ import annotations
@@ -113,14 +113,21 @@ def contention(costs_p: Dict[str, Any], learner: Dict[str, Any], cores: int) -> 
 
 
 def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], storage: Dict[str, Any],
-              s: Dict[str, Any], env_steps: int) -> Dict[str, Any]:
-    """The block pipeline with given per-step wall times: time, busy seconds and critical path."""
+              s: Dict[str, Any], env_steps: int, driver_scale: float = 1.0) -> Dict[str, Any]:
+    """The block pipeline with given per-step wall times: time, busy seconds and critical path.
+
+    ``driver_scale``: the slowdown of the driver thread's own per-block work
+    (commit, cache refresh), the learner's thread, so the learner's slowdown.
+    ``storage["dispatch_s"]`` (where measured): a block's Dask round trip, from its
+    rollouts ending to the driver holding its shard write's result.
+    """
     big_r, n = s["block_rows"], s["num_actors"]
     w = min(n, s["workers"])
     blocks = max(1, math.ceil(env_steps / big_r))
     a_blk = math.ceil(n / w) * (big_r / n) * a_step
     s_blk = storage.get("write_shard_s", big_r * storage["write_s"])      # per shard where measured
-    k_blk = storage.get("commit_shard_s", big_r * storage["commit_s"])
+    k_blk = storage.get("commit_shard_s", big_r * storage["commit_s"]) * driver_scale
+    d_blk = storage.get("dispatch_s", 0.0)
     v_wall = _version(c["version"])[0]
     target = lambda b: 0 if (b + 1) * big_r < s["min_size"] else int(s["replay_ratio"] * (b + 1) * big_r)
     roll_end, learn_end = [], []
@@ -131,7 +138,7 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
         pb = b - 1 - s["policy_lag"]
         ready = learn_end[pb] if pb >= 0 else 0.0
         roll_end.append(max(roll_end[-1] if roll_end else 0.0, ready) + a_blk)
-        write_end = roll_end[-1] + s_blk
+        write_end = roll_end[-1] + s_blk + d_blk
         prev = learn_end[-1] if learn_end else 0.0
         path["actors"] += max(0.0, roll_end[-1] - prev)
         path["storage"] += max(0.0, write_end - max(prev, roll_end[-1])) + k_blk
@@ -158,7 +165,12 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
     The costs were measured one thread at a time among ``M`` (:func:`contention`)
     other threads; in the run ``k = W * u_actors + T_l * u_learner`` of our threads
     compete (``u``: busy fractions, ``T_l`` = learner threads), so per-step wall
-    times scale by ``max(1, (M + k) / C) / max(1, (M + 1) / C)``. ``u`` and the
+    times scale by ``max(1, (M + k) / C) / max(1, (M + 1) / C)``. Where the costs
+    hold a co-run measurement (``c["corun"]``: learner and actors measured
+    running side by side), that replaces the scaling for our own threads:
+    ``t_learn = t_alone + u_actors * (t_corun - t_alone)`` and likewise for the
+    actors with ``u_learner``, since CPU seconds miss the caches and memory
+    bandwidth the two share. ``u`` and the
     pipeline are solved together by fixed-point iteration (``iterations`` rounds).
     ``others``: the other users' runnable threads during the run, where known
     (e.g. from the load average); the per-step costs are then scaled from their
@@ -172,12 +184,22 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
     par = c.get("rollout_parallel")
     a_wall, a_base = (par["wall_s"], max(1.0, (m0 + par["workers"]) / cores)) if par else (c["rollout"]["wall_s"], base)
     traces = (learner.get("trace_s", 0.0), learner.get("retrace_s", 0.0))
+    co = c.get("corun") if (c.get("corun") or {}).get("learner_wall_s") else None
     u_a = u_l = 1.0
     for _ in range(iterations):
-        load = max(1.0, (m + w * u_a + t_l * u_l) / cores)
-        g = load / base
-        run = _pipeline(a_wall * load / a_base, learner["wall_s"] * g, tuple(x * g for x in traces),
-                        c, storage, s, env_steps)
+        if co:
+            # Measured side by side (actorq_costs ``corun``): our own contention is in the costs,
+            # felt as often as the other side runs; only others' load scales (m0 -> m).
+            g = max(1.0, (m + 1) / cores) / base
+            l_step = (learner["wall_s"] + u_a * (co["learner_wall_s"] - learner["wall_s"])) * g
+            a_step = (a_wall + u_l * (co["rollout_wall_s"] - a_wall)) * g
+            run = _pipeline(a_step, l_step, tuple(x * l_step / learner["wall_s"] for x in traces),
+                            c, storage, s, env_steps, driver_scale=l_step / learner["wall_s"])
+        else:
+            load = max(1.0, (m + w * u_a + t_l * u_l) / cores)
+            g = load / base
+            run = _pipeline(a_wall * load / a_base, learner["wall_s"] * g, tuple(x * g for x in traces),
+                            c, storage, s, env_steps, driver_scale=g)
         t = run["time_s"]
         u_a, u_l = min(1.0, run["actor_busy_s"] / t), min(1.0, run["learner_busy_s"] / t)
     path = run.pop("path")

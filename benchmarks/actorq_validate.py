@@ -112,6 +112,7 @@ def run_costs(row: Dict[str, Any]) -> Dict[str, Any]:
     c = dict(costs["precisions"][p])
     c["rollout"] = {"wall_s": ws["busy_s"]["actor_tasks"] / row["env_steps"], "cpu_s": 0.0}
     c.pop("rollout_parallel", None)
+    c.pop("corun", None)
     storage = dict(costs["storage"], write_shard_s=ws["busy_s"]["shard_writes"] / blocks)
     learner = {"wall_s": ws["busy_s"]["learner"] / max(row["learner_steps"], 1), "cpu_s": 0.0,
                "trace_s": 0.0, "retrace_s": 0.0}

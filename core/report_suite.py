@@ -39,6 +39,31 @@ def first_hit(evals: Sequence[Dict[str, Any]], target: float, confirm_episodes: 
     return None
 
 
+def training_curve(commits: Sequence[Dict[str, Any]], window: int) -> List[Dict[str, Any]]:
+    """Training-episode returns per ``window`` committed env steps, from ``commit`` records.
+
+    Each ``commit`` record (``pipelines.block_tasks``) carries the env steps
+    committed so far (``step``), the episodes that ended in its block and
+    their ``return_sum``. Blocks are pooled into windows by the env steps they
+    end at, ``(k - 1) * window < step <= k * window``; a window's return is its
+    episodes' mean (None without an episode). Records without ``episodes``
+    (runs before it was logged) are skipped. Returns one
+    ``{"env_steps": k * window, "episodes", "mean_return"}`` per window that
+    holds a block, in order.
+    """
+    if window <= 0:
+        raise ValueError(f"window {window}; valid: > 0 env steps")
+    pooled: Dict[int, List[float]] = {}
+    for c in commits:
+        if "episodes" not in c:
+            continue
+        k = max(1, -(-int(c["step"]) // window))
+        n, total = pooled.setdefault(k, [0, 0.0])
+        pooled[k] = [n + int(c["episodes"]), total + float(c["return_sum"])]
+    return [{"env_steps": k * window, "episodes": n, "mean_return": total / n if n else None}
+            for k, (n, total) in sorted(pooled.items())]
+
+
 def suite_record(run_dir: str) -> Dict[str, Any]:
     """The learning-suite fields of one finished run directory.
 

@@ -153,6 +153,10 @@ def test_simulate_plays_the_block_pipeline_exactly():
     assert run["share"]["learner"] == pytest.approx(7.5 / 9.75)
     assert run["share"]["broadcast"] == pytest.approx(1.5 / 9.75)
     assert run["bound"] == "learner" and run["slowdown"] == 1.0
+    # A block's Dask round trip (0.1 s) delays each shard's arrival at the driver; only block 0's
+    # is on this learner-bound run's critical path: 9.75 + 0.1.
+    slow = simulate(c, dict(storage, dispatch_s=0.1), learner, s, 300)
+    assert slow["time_s"] == pytest.approx(9.85)
 
 
 def test_contention_from_wall_over_cpu_and_its_slowdown():
@@ -168,6 +172,29 @@ def test_contention_from_wall_over_cpu_and_its_slowdown():
     u = run["utilization"]
     assert run["slowdown"] == pytest.approx((3 + 2 * u["actors"] + u["learner"]) / 2 / 2.0)
     assert 1.0 < run["slowdown"] < 1.5
+
+
+def test_co_run_costs_replace_the_cpu_share_for_our_own_threads():
+    from benchmarks.actorq_model import _pipeline, simulate
+    c, storage, learner, s = _pipeline_costs()
+    co = dict(c, corun={"learner_wall_s": 0.5, "rollout_wall_s": 0.03, "learner_steps": 9})
+    # One round: both sides assumed always busy, so each step costs its co-run time exactly
+    # (traces scale with the learner: 0.5 / 0.2); no other users (wall == CPU at measuring time).
+    one = simulate(co, storage, learner, dict(s, cores=2), 300, iterations=1)
+    # The driver thread's commit and cache refresh slow down with the learner's (x 2.5).
+    by_hand = _pipeline(0.03, 0.5, (1.0 * 2.5, 0.5 * 2.5), co, storage, dict(s, cores=2), 300, driver_scale=2.5)
+    assert one["time_s"] == pytest.approx(by_hand["time_s"]) and one["slowdown"] == 1.0
+    # Converged: t = t_alone + u_other * (t_corun - t_alone), u from the pipeline itself.
+    run = simulate(co, storage, learner, dict(s, cores=2), 300)
+    u = run["utilization"]
+    l_step, a_step = 0.2 + u["actors"] * 0.3, 0.01 + u["learner"] * 0.02
+    again = _pipeline(a_step, l_step, (l_step / 0.2, 0.5 * l_step / 0.2), co, storage, dict(s, cores=2), 300,
+                      driver_scale=l_step / 0.2)
+    assert run["time_s"] == pytest.approx(again["time_s"], rel=1e-3)
+    assert simulate(c, storage, learner, dict(s, cores=2), 300)["time_s"] < run["time_s"]
+    # A co-run that measured no learner step (rollouts too short) falls back to the CPU share.
+    none = dict(c, corun={"learner_wall_s": None, "rollout_wall_s": 0.03, "learner_steps": 0})
+    assert simulate(none, storage, learner, s, 300)["time_s"] == simulate(c, storage, learner, s, 300)["time_s"]
 
 
 def test_projection_limits():

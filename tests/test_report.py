@@ -100,3 +100,38 @@ def test_tasks_may_differ_between_groups(tmp_path):
                       agent__algo="d4pg")]
     rows = report_lib.summarize(report_lib.load_runs(dirs))
     assert [r["task"] for r in rows] == ["CartPole-v1 dqn", "Pendulum-v1 d4pg"]
+
+
+def test_training_curve_pools_commit_records_per_window_exactly():
+    commits = [{"kind": "commit", "step": 960, "episodes": 1, "return_sum": -21.0},
+               {"kind": "commit", "step": 1920, "episodes": 0, "return_sum": 0.0},
+               {"kind": "commit", "step": 2000, "episodes": 2, "return_sum": -39.0},   # on the window's edge
+               {"kind": "commit", "step": 2880, "episodes": 0, "return_sum": 0.0},
+               {"kind": "commit", "step": 6100, "episodes": 4, "return_sum": -70.0},
+               {"kind": "commit", "step": 7000}]                                      # an older record: skipped
+    assert report_lib.training_curve(commits, 2000) == [
+        {"env_steps": 2000, "episodes": 3, "mean_return": -20.0},
+        {"env_steps": 4000, "episodes": 0, "mean_return": None},
+        {"env_steps": 8000, "episodes": 4, "mean_return": -17.5}]
+    with pytest.raises(ValueError, match="valid: > 0"):
+        report_lib.training_curve(commits, 0)
+
+
+def test_learning_curve_cli_reads_a_running_run_and_plots(tmp_path, capsys):
+    from benchmarks import learning_curve
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"kind": "config", "step": 0, "config": {"name": "p", "env": {"id": "atari:Pong"},
+                                                          "agent": {"algo": "r2d2"}, "seed": 0}},
+               {"kind": "commit", "step": 100, "episodes": 2, "return_sum": -41.0},
+               {"kind": "eval", "step": 100, "mean": -21.0, "std": 0.0, "version": 1},
+               {"kind": "commit", "step": 200, "episodes": 1, "return_sum": -19.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))   # no summary.json yet
+    out = tmp_path / "curve.png"
+    assert learning_curve.main([str(run), "--window", "100", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| 100 | 2 | -20.50 | 100: -21.0 +- 0.0 |" in text and "| 200 | 1 | -19.00 | - |" in text
+    assert out.stat().st_size > 0
+    assert learning_curve.main([str(tmp_path / "missing")]) == 2
+    assert learning_curve.main([str(run), "--window", "0"]) == 2
+    assert "valid: > 0" in capsys.readouterr().err
