@@ -325,10 +325,13 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
                 client.cancel(fut)
             v = out["precisions"][p]["version"]
             v["bcast_s"], v["bcast_cpu_s"], _ = timed(scatter, max(repeats, 3))
+            # Enough tasks for ~2-3 s of rollouts: short chains vary by tens of percent between
+            # measurements, and many learner steps must fit inside the co-run.
+            per_task = lambda r: r["wall_s"] * cfg.actors.steps_per_task * cfg.env.num_envs  # noqa: E731
+            par_tasks = min(500, max(tasks, int(2.0 / max(per_task(out["precisions"][p]["rollout"]), 1e-6))))
             out["precisions"][p]["rollout_parallel"] = measure_rollouts_parallel(
-                cfg, builder, payload, client, tasks, f"costs-par-{p}")
-            # Enough tasks for ~3 s of rollouts: many learner steps fit inside them.
-            task_s = out["precisions"][p]["rollout_parallel"]["wall_s"] * cfg.actors.steps_per_task * cfg.env.num_envs
+                cfg, builder, payload, client, par_tasks, f"costs-par-{p}")
+            task_s = per_task(out["precisions"][p]["rollout_parallel"])
             co_tasks = min(500, max(2 * tasks, int(3.0 / max(task_s, 1e-6))))
             co = measure_rollouts_parallel(cfg, builder, payload, client, co_tasks, f"costs-co-{p}", learn)
             out["precisions"][p]["corun"] = {"rollout_wall_s": co["wall_s"], "learner_wall_s": co["learner_wall_s"],

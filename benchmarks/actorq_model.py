@@ -131,13 +131,16 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
     v_wall = _version(c["version"])[0]
     target = lambda b: 0 if (b + 1) * big_r < s["min_size"] else int(s["replay_ratio"] * (b + 1) * big_r)
     roll_end, learn_end = [], []
+    rolls, learns = [], []       # (start, end) of each block's rollouts and of its learner steps
     steps = last_bcast = versions = 0
     shapes: set = set()          # learner call sizes seen: the first two trace tf.function (reduce_retracing)
     path = {"learner": 0.0, "actors": 0.0, "storage": 0.0, "broadcast": 0.0}
     for b in range(blocks):
         pb = b - 1 - s["policy_lag"]
         ready = learn_end[pb] if pb >= 0 else 0.0
-        roll_end.append(max(roll_end[-1] if roll_end else 0.0, ready) + a_blk)
+        roll_start = max(roll_end[-1] if roll_end else 0.0, ready)
+        roll_end.append(roll_start + a_blk)
+        rolls.append((roll_start, roll_end[-1]))
         write_end = roll_end[-1] + s_blk + d_blk
         prev = learn_end[-1] if learn_end else 0.0
         path["actors"] += max(0.0, roll_end[-1] - prev)
@@ -153,9 +156,26 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
             last_bcast, versions = steps, versions + 1
         path["learner"] += learn
         path["broadcast"] += version
+        learns.append((commit, commit + learn))
         learn_end.append(commit + learn + version)
+    both = _overlap(rolls, learns)
     return {"time_s": learn_end[-1], "env_steps": blocks * big_r, "blocks": blocks, "learner_steps": steps,
-            "versions": versions, "actor_busy_s": blocks * a_blk, "learner_busy_s": path["learner"], "path": path}
+            "versions": versions, "actor_busy_s": blocks * a_blk, "learner_busy_s": path["learner"], "path": path,
+            "overlap": {"learner": both / path["learner"] if path["learner"] > 0 else 0.0,
+                        "actors": both / (blocks * a_blk) if a_blk > 0 else 0.0}}
+
+
+def _overlap(a: list, b: list) -> float:
+    """Total length of the intersection of two lists of disjoint, start-ordered intervals."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
 
 
 def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any], s: Dict[str, Any],
@@ -168,9 +188,11 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
     times scale by ``max(1, (M + k) / C) / max(1, (M + 1) / C)``. Where the costs
     hold a co-run measurement (``c["corun"]``: learner and actors measured
     running side by side), that replaces the scaling for our own threads:
-    ``t_learn = t_alone + u_actors * (t_corun - t_alone)`` and likewise for the
-    actors with ``u_learner``, since CPU seconds miss the caches and memory
-    bandwidth the two share. ``u`` and the
+    ``t_learn = t_alone + o_learner * (t_corun - t_alone)`` and likewise for the
+    actors with ``o_actors``, where ``o`` is the fraction of that side's busy time
+    the pipeline overlaps with the other side's (the block schedule correlates
+    them: a block's learner steps run while the next block's rollouts do), since
+    CPU seconds miss the caches and memory bandwidth the two share. ``u`` and the
     pipeline are solved together by fixed-point iteration (``iterations`` rounds).
     ``others``: the other users' runnable threads during the run, where known
     (e.g. from the load average); the per-step costs are then scaled from their
@@ -185,14 +207,14 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
     a_wall, a_base = (par["wall_s"], max(1.0, (m0 + par["workers"]) / cores)) if par else (c["rollout"]["wall_s"], base)
     traces = (learner.get("trace_s", 0.0), learner.get("retrace_s", 0.0))
     co = c.get("corun") if (c.get("corun") or {}).get("learner_wall_s") else None
-    u_a = u_l = 1.0
+    u_a = u_l = o_a = o_l = 1.0
     for _ in range(iterations):
         if co:
             # Measured side by side (actorq_costs ``corun``): our own contention is in the costs,
             # felt as often as the other side runs; only others' load scales (m0 -> m).
             g = max(1.0, (m + 1) / cores) / base
-            l_step = (learner["wall_s"] + u_a * (co["learner_wall_s"] - learner["wall_s"])) * g
-            a_step = (a_wall + u_l * (co["rollout_wall_s"] - a_wall)) * g
+            l_step = (learner["wall_s"] + o_l * (co["learner_wall_s"] - learner["wall_s"])) * g
+            a_step = (a_wall + o_a * (co["rollout_wall_s"] - a_wall)) * g
             run = _pipeline(a_step, l_step, tuple(x * l_step / learner["wall_s"] for x in traces),
                             c, storage, s, env_steps, driver_scale=l_step / learner["wall_s"])
         else:
@@ -202,6 +224,7 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
                             c, storage, s, env_steps, driver_scale=g)
         t = run["time_s"]
         u_a, u_l = min(1.0, run["actor_busy_s"] / t), min(1.0, run["learner_busy_s"] / t)
+        o_l, o_a = run["overlap"]["learner"], run["overlap"]["actors"]
     path = run.pop("path")
     return {**run, "env_steps_per_s": run["env_steps"] / t, "contention_others": m, "slowdown": g,
             "utilization": {"actors": u_a, "learner": u_l},

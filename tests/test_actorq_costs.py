@@ -184,10 +184,12 @@ def test_co_run_costs_replace_the_cpu_share_for_our_own_threads():
     # The driver thread's commit and cache refresh slow down with the learner's (x 2.5).
     by_hand = _pipeline(0.03, 0.5, (1.0 * 2.5, 0.5 * 2.5), co, storage, dict(s, cores=2), 300, driver_scale=2.5)
     assert one["time_s"] == pytest.approx(by_hand["time_s"]) and one["slowdown"] == 1.0
-    # Converged: t = t_alone + u_other * (t_corun - t_alone), u from the pipeline itself.
+    # Converged: t = t_alone + o * (t_corun - t_alone), o: the share of this side's busy time the
+    # pipeline overlaps with the other side's.
     run = simulate(co, storage, learner, dict(s, cores=2), 300)
-    u = run["utilization"]
-    l_step, a_step = 0.2 + u["actors"] * 0.3, 0.01 + u["learner"] * 0.02
+    o = run["overlap"]
+    assert 0.0 < o["learner"] < 1.0 and 0.0 < o["actors"] <= 1.0
+    l_step, a_step = 0.2 + o["learner"] * 0.3, 0.01 + o["actors"] * 0.02
     again = _pipeline(a_step, l_step, (l_step / 0.2, 0.5 * l_step / 0.2), co, storage, dict(s, cores=2), 300,
                       driver_scale=l_step / 0.2)
     assert run["time_s"] == pytest.approx(again["time_s"], rel=1e-3)
@@ -195,6 +197,14 @@ def test_co_run_costs_replace_the_cpu_share_for_our_own_threads():
     # A co-run that measured no learner step (rollouts too short) falls back to the CPU share.
     none = dict(c, corun={"learner_wall_s": None, "rollout_wall_s": 0.03, "learner_steps": 0})
     assert simulate(none, storage, learner, s, 300)["time_s"] == simulate(c, storage, learner, s, 300)["time_s"]
+
+
+def test_overlap_of_two_interval_lists_exact():
+    from benchmarks.actorq_model import _overlap
+    rolls = [(0.0, 1.0), (1.0, 2.0), (4.0, 6.0)]
+    learns = [(0.5, 1.5), (3.0, 4.5), (5.5, 7.0)]
+    assert _overlap(rolls, learns) == pytest.approx(0.5 + 0.5 + 0.5 + 0.5)
+    assert _overlap(rolls, []) == 0.0 and _overlap([(0.0, 1.0)], [(1.0, 2.0)]) == 0.0
 
 
 def test_projection_limits():
