@@ -121,7 +121,8 @@ class LearnerStage:
         self.plan = TrainingPlan.from_config(cfg)
         self.rng = self.plan.sampler_rng(0)            # replaced per learner block (pipelines.plan)
         self.quality = BroadcastQualityProbe(self.spec.discrete, size=256, seed=cfg.seed)
-        self.seconds = {"learn_stage": 0.0, "new_version": 0.0}   # where its time went (wall_split)
+        # where its time went (wall_split)
+        self.seconds = {"learn_stage": 0.0, "new_version": 0.0, "refresh_cache": 0.0}
         self.version_params: Dict[int, Any] = {}      # learner params per version (best checkpoint)
         self.version_policy: Dict[int, Any] = {}      # policy-network weights per version (quality probe)
         self.payloads: Dict[int, Any] = {}             # the newest versions' payloads (until published)
@@ -189,7 +190,9 @@ class LearnerStage:
         that version afterwards (see :meth:`new_version`).
         """
         from pipelines.flight import StallError
+        t_refresh = time.perf_counter()
         self.refresh_cache(block)
+        self.seconds["refresh_cache"] += time.perf_counter() - t_refresh
         calls = self.plan.calls(self.learner.steps, target)
         if calls and self.cache.size < self.cfg.replay.min_size:   # would wait forever: say why instead
             raise StallError(

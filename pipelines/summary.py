@@ -147,7 +147,8 @@ def wall_split(records: Sequence[Dict[str, Any]], wall_s: float) -> Optional[Dic
         wait       = idle shard + busy submit         waiting for rollouts and shard writes (the local
                                                       executor runs both inside submit)
         actors     = wait * a / (a + w)               a = rollout task seconds / P, P = workers that ran
-        storage    = busy commit + wait * w / (a + w)     tasks; w = shard write seconds (commit records)
+        storage    = busy commit + wait * w / (a + w)     tasks; w = shard write seconds (commit records);
+                     + stage refresh_cache            the learner's replay cache refresh before each block
         other      = wall_s - the rest                loop overhead, idle other, end of run
 
     Rollouts of a block run on P workers at once and its write follows them, so
@@ -173,7 +174,7 @@ def wall_split(records: Sequence[Dict[str, Any]], wall_s: float) -> Optional[Dic
     wait = float(idle.get("shard", 0.0)) + b("submit")
     share = a / (a + w) if a + w > 0 else 1.0
     parts = {"learner": learner_s, "actors": wait * share, "broadcast": broadcast_s,
-             "storage": b("commit") + wait * (1.0 - share),
+             "storage": b("commit") + wait * (1.0 - share) + float(stage.get("refresh_cache", 0.0)),
              "evaluation": float(idle.get("evaluation", 0.0)) + max(
                  0.0, b("end_block") - b("new_version") - b("checkpoint")),
              "checkpoint": b("checkpoint")}

@@ -114,6 +114,17 @@ def test_wall_split_partitions_wall_time_exactly():
     assert split["actor_workers"] == 2
 
 
+def test_wall_split_counts_the_learners_cache_refresh_as_storage():
+    from pipelines.summary import wall_split
+    sched = dict(busy_s={"commit": 3.0, "learn": 60.0}, idle_s={"shard": 16.0},
+                 stage_s={"learn_stage": 50.0, "refresh_cache": 5.0})
+    before = wall_split(_records(busy_s=sched["busy_s"], idle_s=sched["idle_s"],
+                                 stage_s={"learn_stage": 50.0}), 100.0)["seconds"]
+    after = wall_split(_records(**sched), 100.0)["seconds"]
+    assert after["storage"] == pytest.approx(before["storage"] + 5.0)
+    assert after["other"] == pytest.approx(before["other"] - 5.0) and after["learner"] == 50.0
+
+
 def test_wall_split_counts_only_the_last_segment_and_needs_a_schedule():
     from pipelines.summary import wall_split
     assert wall_split([{"kind": "config"}, {"kind": "commit", "write_s": 1.0}], 10.0) is None
