@@ -70,6 +70,7 @@ class BlockLearner:
         self.chain = _checkpointer(run_dir, "beam/learner", 2)
         self.versions = _checkpointer(run_dir, "beam/versions", KEEP_VERSIONS)
         self.at_block: Optional[int] = None     # the block whose end state the in-memory learner holds
+        self.cache_block = -1                   # the last block whose shard this process's replay cache holds
         self.lock = threading.Lock()            # one stage call at a time (a multi-threaded worker)
 
     @property
@@ -77,17 +78,38 @@ class BlockLearner:
         return self.stage.steps
 
     def _hold(self, block: int) -> None:
-        """Make the learner hold its state after ``block`` (-1: the initial network)."""
+        """Make the learner hold its state after ``block`` (-1: the initial network).
+
+        A worker that did not learn block ``block`` itself (a fresh process, or
+        one that learned earlier blocks) restores the learner from
+        ``beam/learner``, brings its replay cache to block ``block`` one block at
+        a time (the uninterrupted learner's ring slots, ``pipelines.resume``) and
+        takes back a prioritized sampler's priorities, so its next block samples
+        what the uninterrupted learner would.
+        """
         if self.at_block == block:
             return
         state, meta = self.chain.restore(block + 1)
         if int(meta["block"]) != block:
             raise RuntimeError(f"beam/learner step {block + 1} holds block {meta['block']}, expected {block}")
         self.stage.learner.restore(state["learner"])
+        if self.cache_block > block:          # the cache is past this block: rebuild the stage from the chain
+            self.stage.close()
+            from pipelines.learner_stage import LearnerStage
+            self.stage, self.cache_block = LearnerStage(self.cfg, self.run_dir), -1
+            self.stage.learner.restore(state["learner"])
+        for b in range(self.cache_block + 1, block + 1):
+            self.stage.refresh_cache(b)
+        self.cache_block = max(self.cache_block, block)
+        if "sampler" in state and hasattr(self.stage.sampler, "restore_priorities"):
+            self.stage.sampler.restore_priorities(state["sampler"])
         self.at_block = block
 
     def _save(self, block: int) -> None:
-        self.chain.save(block + 1, {"learner": self.stage.learner.state()}, metadata={"block": block})
+        tree = {"learner": self.stage.learner.state()}
+        if hasattr(self.stage.sampler, "priority_state"):     # prioritized replay: priorities, row ids, max
+            tree["sampler"] = self.stage.sampler.priority_state()
+        self.chain.save(block + 1, tree, metadata={"block": block})
         self.chain.wait()     # the next block may restore it in another process
         self.at_block = block
 
@@ -112,6 +134,7 @@ class BlockLearner:
             self._hold(block - 1)
             self.at_block = None              # mid-block: a failure leaves no claim on the state
             out = self.stage.learn_block(block, target, publish, keep=[])
+            self.cache_block = block              # learn_block refreshed the cache to this block's shard
             if out["published"] is not None:
                 self._publish(out)
             self._save(block)

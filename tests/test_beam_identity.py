@@ -97,3 +97,19 @@ def test_a_beam_round_killed_before_its_end_resumes_bit_identically(local_run, b
     run = _beam(tmp_path, "killed", DIRECT, resume=True)
     assert {n: os.stat(os.path.join(d, n)).st_mtime_ns for d, _, ns in os.walk(shard) for n in ns} == stamp
     _assert_same_run(local_run, run, "local vs beam killed in its round and resumed")
+
+
+@pytest.mark.timeout(420)
+def test_a_prioritized_replay_run_across_rounds_is_bit_identical_to_the_local_run(tmp_path):
+    """R2D2 (prioritized sequences), 5 blocks, one block per round on 2 DirectRunner workers: a worker that
+    did not learn the previous block restores the learner, rebuilds its replay cache block by block and takes
+    back the sampler's priorities from ``beam/learner``, so every block samples what the local run sampled."""
+    from core.config import load_config
+    from pipelines.train import train
+    from test_resume_identity import R2D2_CONFIG, R2D2_SETTINGS
+    local_dir, beam_dir = str(tmp_path / "local"), str(tmp_path / "beam")
+    local = train(load_config(R2D2_CONFIG, overrides=["executor=local", *R2D2_SETTINGS]), local_dir, progress=False)
+    beam = train(load_config(R2D2_CONFIG, overrides=["executor=beam", *R2D2_SETTINGS]), beam_dir, progress=False,
+                 pipeline_args=[*DIRECT, "--blocks_per_round", "1"])
+    assert local["learner_steps"] == 153 and _rounds(beam_dir) == [[0], [1], [2], [3], [4]]
+    _assert_same_run((local, local_dir), (beam, beam_dir), "R2D2 local vs beam (one block per round)")

@@ -282,6 +282,12 @@ def test_pomdp_cartpole_hides_velocities():
         np.testing.assert_array_equal(obs, state[[0, 2]])
         assert r == r_full == 1.0
     assert env.observation_space.shape == (2,)
+    # It pickles (an actor's state travels between Beam stages as a snapshot) and steps on identically.
+    import pickle
+    twin = pickle.loads(pickle.dumps(env))
+    a, *_ = env.step(0)
+    b, *_ = twin.step(0)
+    np.testing.assert_array_equal(a, b)
     with pytest.raises(EnvError, match="unknown POMDP env id 'pomdp:Acrobot-v1'; valid: pomdp:CartPole-v1"):
         check_env_id("pomdp:Acrobot-v1")
 

@@ -16,6 +16,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -39,6 +40,11 @@ def check_env_id(env_id: str) -> None:
         raise EnvError(f"unknown POMDP env id {env_id!r}; valid: {valid}")
 
 
+def _observe(obs, keep: np.ndarray) -> np.ndarray:
+    """The kept components of a full observation, float32."""
+    return np.asarray(obs, np.float32)[keep]
+
+
 def make_env(env_id: str, max_episode_steps: Optional[int] = None):
     """The gymnasium env of ``env_id`` wrapped to observe only the kept components."""
     import gymnasium
@@ -50,4 +56,6 @@ def make_env(env_id: str, max_episode_steps: Optional[int] = None):
     idx = np.asarray(keep)
     box = env.observation_space
     space = spaces.Box(box.low[idx].astype(np.float32), box.high[idx].astype(np.float32), dtype=np.float32)
-    return gymnasium.wrappers.TransformObservation(env, lambda obs: np.asarray(obs, np.float32)[idx], space)
+    # A partial of a module function, not a lambda: the env pickles (an actor's state travels between
+    # Beam stages as a snapshot) and core.actor_state skips it as code.
+    return gymnasium.wrappers.TransformObservation(env, functools.partial(_observe, keep=idx), space)
