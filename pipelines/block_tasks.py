@@ -173,7 +173,13 @@ class BlockTasks:
             _, fut, steps = f.evals[0]
             if not fut.done():
                 return False
+            try:
+                result = self._materialize(f, fut)
+            except concurrent.futures.CancelledError:
+                self._resubmit_lost_evaluation(f)
+                return False
             f.evals.popleft()
+            f.eval_ref.pop(fut, None)
             f.slowest_task_s = max(f.slowest_task_s, time.time() - f.eval_submitted.pop(fut, time.time()))
-            f.stop |= self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
+            f.stop |= self._on_evaluation(result, f.start, env_steps=steps)
         return True

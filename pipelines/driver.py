@@ -30,6 +30,7 @@ after the checkpoint are not run again. Envs whose state cannot be captured
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -271,12 +272,21 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
         self.log.close()
 
     def _close(self, f: Flight) -> Dict[str, Any]:
-        for _, fut, steps in f.evals:    # the last evaluations still decide the best version, in order
+        while f.evals:    # the last evaluations still decide the best version, in order
+            _, fut, steps = f.evals[0]
             try:
-                self._on_evaluation(self._materialize(f, fut), f.start, env_steps=steps)
-            except Exception:  # a final eval lost with the cluster does not fail the run
-                pass
-        f.evals.clear()
+                result = self._materialize(f, fut)
+            except concurrent.futures.CancelledError:   # lost with a worker: the same evaluation again
+                try:
+                    self._resubmit_lost_evaluation(f)     # takes it off the queue, puts the new one first
+                except Exception:  # noqa: BLE001 - lost for good (the cluster is gone): not a failed run
+                    pass
+                continue
+            except Exception:  # noqa: BLE001 - a final eval lost with the cluster does not fail the run
+                f.evals.popleft()
+                continue
+            f.evals.popleft()
+            self._on_evaluation(result, f.start, env_steps=steps)
         for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
             fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
         self.task_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes

@@ -53,12 +53,39 @@ class EvaluationSteps:
     """Evaluation steps of ``Trainer`` (a mixin: they share the run's state)."""
 
     def _evaluate(self, f: Flight, block: int, env_steps: int, ref=None, version: Optional[int] = None,
-                  n: Optional[int] = None) -> None:
+                  n: Optional[int] = None, retry: int = 0) -> None:
         """Submit an evaluation planned after learner block ``block`` (default: of the newest version)."""
-        fut = self._submit_evaluation(ref, version, n)
+        ref = self.payload_ref if ref is None else ref
+        version = self.loop.policy_version if version is None else version
+        fut = self._submit_evaluation(ref, version, n, retry)
         f.evals.append((block, fut, env_steps))
         f.eval_submitted[fut] = time.time()   # an evaluation's seconds count in the stall bound
-        f.eval_meta[fut] = (self.loop.policy_version if version is None else version, self.n_evals if n is None else n)
+        f.eval_meta[fut] = (version, self.n_evals if n is None else n)
+        f.eval_ref[fut] = ref
+
+    def _resubmit_lost_evaluation(self, f: Flight) -> None:
+        """The oldest evaluation was cancelled (Dask lost its inputs with a worker): submit it again.
+
+        Same version, same number, so the same seeds; its payload is
+        published again if it was lost too. It stays first in line, so the
+        stop is decided in the same order. At most ``MAX_BLOCK_RETRIES`` times.
+        """
+        from pipelines.block_tasks import MAX_BLOCK_RETRIES
+        from pipelines.flight import StallError
+        block, fut, steps = f.evals.popleft()
+        (version, n), ref = f.eval_meta.pop(fut), f.eval_ref.pop(fut)
+        f.eval_submitted.pop(fut, None)
+        f.retries += 1
+        f.eval_retries[n] = f.eval_retries.get(n, 0) + 1
+        if f.eval_retries[n] > MAX_BLOCK_RETRIES:    # never spin: each retry was cancelled at once
+            raise StallError(f"evaluation {n} (policy version {version}) was lost {MAX_BLOCK_RETRIES} times; "
+                             f"valid: a cluster whose workers stay up")
+        self.log.write("task_lost", step=self.loop.env_steps, task=f"evaluation {n} of version {version}")
+        if getattr(ref, "cancelled", lambda: False)():
+            self.log.write("task_lost", step=self.loop.env_steps, task=f"payload of version {version}")
+            ref = self.stage.publish(version, key=f"payload-{self.run_id}-v{version}-e{n}-r{f.retries}")
+        self._evaluate(f, block, steps, ref, version, n, retry=f.retries)
+        f.evals.appendleft(f.evals.pop())
 
     def _resume_evaluations(self, f: Flight) -> None:
         """Resume: submit again, in order, the evaluations the checkpoint left undecided (same seeds)."""
@@ -66,7 +93,7 @@ class EvaluationSteps:
             self._evaluate(f, block, env_steps, self.restored_eval_refs[version], version, n)
         self.loop.pending_evals = []
 
-    def _submit_evaluation(self, ref=None, version: Optional[int] = None, n: Optional[int] = None):
+    def _submit_evaluation(self, ref=None, version: Optional[int] = None, n: Optional[int] = None, retry: int = 0):
         """Evaluate ``version`` (default: the newest) as evaluation number ``n`` (default: the next one)."""
         cfg = self.cfg
         if n is None:
@@ -75,7 +102,7 @@ class EvaluationSteps:
         self.eval_versions.add(self.loop.policy_version if version is None else version)
         args = evaluation_args(cfg, n, self.builder.action_selector)
         return self.executor.submit(stages.run_evaluation_task, self.payload_ref if ref is None else ref, *args,
-                                    key=f"eval-{self.run_id}-{n}")
+                                    key=f"eval-{self.run_id}-{n}" + (f"-r{retry}" if retry else ""))
 
     def _on_evaluation(self, result: Dict[str, Any], start: float, env_steps: Optional[int] = None) -> bool:
         """Log an evaluation and decide it (:func:`decide_evaluation`); True = stop (target reached).

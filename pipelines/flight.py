@@ -86,6 +86,8 @@ class Flight:
     evals: Deque[Tuple[int, Any, int]] = dataclasses.field(default_factory=deque)    # (block, future, env steps)
     eval_submitted: Dict[Any, float] = dataclasses.field(default_factory=dict)       # future -> submit time
     eval_meta: Dict[Any, Tuple[int, int]] = dataclasses.field(default_factory=dict)  # future -> (version, n)
+    eval_ref: Dict[Any, Any] = dataclasses.field(default_factory=dict)       # future -> the payload it evaluates
+    eval_retries: Dict[int, int] = dataclasses.field(default_factory=dict)   # n -> lost-evaluation resubmissions
     recent_returns: deque = dataclasses.field(default_factory=lambda: deque(maxlen=20))
     lags: deque = dataclasses.field(default_factory=lambda: deque(maxlen=50))   # (versions, seconds)
     driver_bytes: int = 0                # pickled size of every result the driver materialized (stages' too)

@@ -135,6 +135,34 @@ def test_tasks_lost_with_a_worker_are_submitted_again(tmp_path, monkeypatch):
     assert tasks[0].startswith("rollout actor") and tasks[1] == "write s00000000"
 
 
+def test_an_evaluation_lost_with_a_worker_is_submitted_again_with_the_same_seeds(tmp_path, monkeypatch):
+    """A cancelled evaluation (its inputs lost with a worker) runs again as the same evaluation: same
+    version, same seeds, first in line, so the run logs what an undisturbed run logs."""
+    import concurrent.futures
+    from pipelines.executors.local import LocalExecutor
+    cfg = lambda: small_config("local", total_env_steps=4096, eval={"every_env_steps": 1024})  # noqa: E731
+    clean = train(cfg(), tmp_path / "clean")
+    real_submit, lost = LocalExecutor.submit, []
+
+    def submit(self, fn, *args, key=None, **kwargs):
+        if (key or "").startswith("eval-") and not lost:        # the first evaluation is lost
+            lost.append(key)
+            fut = concurrent.futures.Future()
+            fut.cancel()
+            return fut
+        return real_submit(self, fn, *args, key=key, **kwargs)
+    monkeypatch.setattr(LocalExecutor, "submit", submit)
+    run_dir = tmp_path / "run"
+    summary = train(cfg(), run_dir)
+    assert len(lost) == 1 and lost[0].endswith("-1")
+    records = lambda d: [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]  # noqa: E731
+    evals = lambda d: [(r["step"], r["version"], r["mean"]) for r in records(d) if r["kind"] == "eval"]  # noqa: E731
+    assert evals(run_dir) == evals(tmp_path / "clean") and len(evals(run_dir)) == 2
+    assert [r["task"] for r in records(run_dir) if r["kind"] == "task_lost"] == ["evaluation 1 of version 2"]
+    for key in ("env_steps", "learner_steps", "best_version", "best_eval_return"):
+        assert summary[key] == clean[key]
+
+
 def test_dask_workers_can_write_the_checkpoints(tmp_path):
     run_dir = tmp_path / "run"
     summary = train(small_config("dask", total_env_steps=2048, checkpoint={"engine": "dask", "every_steps": 200}),
