@@ -491,10 +491,11 @@ def test_wrong_or_missing_token_is_refused(payload, spec):
     stats = server.stats()
     server.stop()
     assert out[6]["env_steps"] == 400
-    # 3 raw streams + the forged actor's. gRPC's asyncio client sometimes sees its first stream end as
-    # INTERNAL ("Internal error from Core": its hello write races the server's abort), which is retryable,
-    # so the forged actor may be refused a second time before it reads UNAUTHENTICATED (still within 10 s).
-    assert 4 <= stats["unauthenticated"] <= 5 and stats["rejected"] == stats["unauthenticated"]
+    # 3 raw streams + the forged actor's. gRPC's asyncio client sometimes sees a stream end as INTERNAL
+    # ("Internal error from Core": its hello write races the server's abort), which is retryable, so the
+    # forged actor may be refused more than once (twice, or under load three times, as measured) before
+    # it reads UNAUTHENTICATED; the 10 s bound above caps those retries. Every refusal is the token's.
+    assert stats["unauthenticated"] >= 4 and stats["rejected"] == stats["unauthenticated"]
     assert stats["connections"] == 1
 
 
