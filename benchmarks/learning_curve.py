@@ -8,7 +8,8 @@ Prints a markdown table and, with ``--out``, plots both curves to a PNG.
 
 Usage::
 
-    python -m benchmarks.learning_curve runs/pong-r2d2 --window 50000 --out benchmarks/results/pong-r2d2-curve.png
+    python -m benchmarks.learning_curve runs/pong-r2d2 --window 50000 --out benchmarks/results/pong-r2d2-curve.png \
+        --json benchmarks/results/pong-r2d2-curve.json
 """
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (local path or URL), finished or running")
     p.add_argument("--window", type=int, default=50_000, help="env steps pooled per training-return point")
     p.add_argument("--out", metavar="PNG", help="also plot the curves to this PNG")
+    p.add_argument("--json", metavar="PATH", help="also write the evaluations and training windows as JSON")
     args = p.parse_args(argv)
     if args.window <= 0:
         raise ConfigError(f"--window {args.window}; valid: > 0 env steps")
@@ -72,6 +74,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     evals = sorted((r for r in records if r["kind"] == "eval"), key=lambda r: r["step"])
     training = training_curve([r for r in records if r["kind"] == "commit"], args.window)
     print(curve_table(training, evals, args.window))
+    if args.json:
+        import json
+        keep = ("step", "version", "mean", "std", "min", "confirmed_mean", "wall_s")
+        with open(args.json, "w") as f:
+            json.dump({"run_dir": args.run_dir, "config": config, "window": args.window, "training": training,
+                       "evals": [{k: e.get(k) for k in keep} for e in evals]}, f, indent=1)
+        print(f"wrote {args.json}")
     if args.out:
         title = f"{config.get('name', args.run_dir)}: {config.get('env', {}).get('id', '')} " \
                 f"{config.get('agent', {}).get('algo', '')}, seed {config.get('seed')}"

@@ -128,8 +128,12 @@ def test_learning_curve_cli_reads_a_running_run_and_plots(tmp_path, capsys):
                {"kind": "commit", "step": 200, "episodes": 1, "return_sum": -19.0}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))   # no summary.json yet
     out = tmp_path / "curve.png"
-    assert learning_curve.main([str(run), "--window", "100", "--out", str(out)]) == 0
+    assert learning_curve.main([str(run), "--window", "100", "--out", str(out), "--json", str(tmp_path / "c.json")]) == 0
     text = capsys.readouterr().out
+    stored = json.loads((tmp_path / "c.json").read_text())
+    assert stored["training"] == [{"env_steps": 100, "episodes": 2, "mean_return": -20.5},
+                                  {"env_steps": 200, "episodes": 1, "mean_return": -19.0}]
+    assert stored["evals"][0]["mean"] == -21.0 and stored["config"]["name"] == "p"
     assert "| 100 | 2 | -20.50 | 100: -21.0 +- 0.0 |" in text and "| 200 | 1 | -19.00 | - |" in text
     assert out.stat().st_size > 0
     assert learning_curve.main([str(tmp_path / "missing")]) == 2
