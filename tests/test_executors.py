@@ -109,25 +109,32 @@ def test_beam_resume_starts_at_the_first_unfinished_round(tmp_path):
     assert os.path.isfile(run_dir / "rounds" / "r000001.json")
 
 
-def test_tasks_lost_with_a_worker_are_submitted_again(tmp_path, monkeypatch):
-    """A future Dask cancels ("already forgotten", after its worker was killed) is not fatal: a lost
-    rollout makes its actor run a fresh task, a lost shard write is submitted again with the same id."""
+def _lose_first_tasks(monkeypatch, kinds):
+    """Make the local executor hand back a cancelled future (what Dask gives for a task whose inputs were
+    lost with a worker) for the first task of each kind in ``kinds`` (key prefixes); returns their keys."""
     import concurrent.futures
     from pipelines.executors.local import LocalExecutor
     real_submit, lost = LocalExecutor.submit, []
 
     def submit(self, fn, *args, key=None, **kwargs):
         kind = (key or "").split("-", 1)[0]
-        if kind in ("rollout", "write") and kind not in lost:       # the first of each is lost
-            lost.append(kind)
+        if kind in kinds and not any(k.startswith(kind + "-") for k in lost):   # the first of each is lost
+            lost.append(key)
             fut = concurrent.futures.Future()
             fut.cancel()
             return fut
         return real_submit(self, fn, *args, key=key, **kwargs)
     monkeypatch.setattr(LocalExecutor, "submit", submit)
+    return lost
+
+
+def test_tasks_lost_with_a_worker_are_submitted_again(tmp_path, monkeypatch):
+    """A future Dask cancels ("already forgotten", after its worker was killed) is not fatal: a lost
+    rollout makes its actor run a fresh task, a lost shard write is submitted again with the same id."""
+    lost = _lose_first_tasks(monkeypatch, ("rollout", "write"))
     run_dir = tmp_path / "run"
     summary = train(small_config("local", total_env_steps=2048), run_dir)
-    assert lost == ["rollout", "write"]
+    assert [k.split("-", 1)[0] for k in lost] == ["rollout", "write"]
     assert summary["env_steps"] >= 2048
     assert_complete_run_dir(str(run_dir), summary)                 # every step committed once
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -138,20 +145,9 @@ def test_tasks_lost_with_a_worker_are_submitted_again(tmp_path, monkeypatch):
 def test_an_evaluation_lost_with_a_worker_is_submitted_again_with_the_same_seeds(tmp_path, monkeypatch):
     """A cancelled evaluation (its inputs lost with a worker) runs again as the same evaluation: same
     version, same seeds, first in line, so the run logs what an undisturbed run logs."""
-    import concurrent.futures
-    from pipelines.executors.local import LocalExecutor
     cfg = lambda: small_config("local", total_env_steps=4096, eval={"every_env_steps": 1024})  # noqa: E731
     clean = train(cfg(), tmp_path / "clean")
-    real_submit, lost = LocalExecutor.submit, []
-
-    def submit(self, fn, *args, key=None, **kwargs):
-        if (key or "").startswith("eval-") and not lost:        # the first evaluation is lost
-            lost.append(key)
-            fut = concurrent.futures.Future()
-            fut.cancel()
-            return fut
-        return real_submit(self, fn, *args, key=key, **kwargs)
-    monkeypatch.setattr(LocalExecutor, "submit", submit)
+    lost = _lose_first_tasks(monkeypatch, ("eval",))                 # the first evaluation is lost
     run_dir = tmp_path / "run"
     summary = train(cfg(), run_dir)
     assert len(lost) == 1 and lost[0].endswith("-1")
