@@ -92,12 +92,11 @@ class BlockLearner:
         state, meta = self.chain.restore(block + 1)
         if int(meta["block"]) != block:
             raise RuntimeError(f"beam/learner step {block + 1} holds block {meta['block']}, expected {block}")
-        self.stage.learner.restore(state["learner"])
-        if self.cache_block > block:          # the cache is past this block: rebuild the stage from the chain
+        if self.cache_block > block:          # the cache is past this block: a fresh stage, rebuilt from the chain
             self.stage.close()
             from pipelines.learner_stage import LearnerStage
             self.stage, self.cache_block = LearnerStage(self.cfg, self.run_dir), -1
-            self.stage.learner.restore(state["learner"])
+        self.stage.learner.restore(state["learner"])
         for b in range(self.cache_block + 1, block + 1):
             self.stage.refresh_cache(b)
         self.cache_block = max(self.cache_block, block)

@@ -98,18 +98,25 @@ class BlockTasks:
         Tasks given a lost payload are cancelled at once, so resubmitting them with it would loop.
         """
         ref, version = f.block_ref[block]
-        if not getattr(ref, "cancelled", lambda: False)():
-            return
+        if getattr(ref, "cancelled", lambda: False)():
+            self._republish(f, ref, version)
+
+    def _republish(self, f: Flight, ref, version: int):
+        """Publish ``version`` again in place of the lost ``ref``; every table that held ``ref`` gets the new one."""
         self.log.write("task_lost", step=self.loop.env_steps, task=f"payload of version {version}")
         new = self.stage.publish(version, key=f"payload-{self.run_id}-v{version}-r{f.retries}")
         for table in (f.block_ref, f.versions):
             for b, (r, v) in list(table.items()):
                 if r is ref:
                     table[b] = (new, v)
+        for fut, r in list(f.eval_ref.items()):
+            if r is ref:
+                f.eval_ref[fut] = new
         if f.initial[0] is ref:
             f.initial = (new, f.initial[1])
         if self.payload_ref is ref:
             self.payload_ref = new
+        return new
 
     # -- 2. commits -------------------------------------------------------------------
     def _commit_next(self, f: Flight, bar) -> bool:

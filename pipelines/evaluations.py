@@ -82,8 +82,7 @@ class EvaluationSteps:
                              f"valid: a cluster whose workers stay up")
         self.log.write("task_lost", step=self.loop.env_steps, task=f"evaluation {n} of version {version}")
         if getattr(ref, "cancelled", lambda: False)():
-            self.log.write("task_lost", step=self.loop.env_steps, task=f"payload of version {version}")
-            ref = self.stage.publish(version, key=f"payload-{self.run_id}-v{version}-e{n}-r{f.retries}")
+            ref = self._republish(f, ref, version)      # BlockTasks: the blocks that act with it get it too
         self._evaluate(f, block, steps, ref, version, n, retry=f.retries)
         f.evals.appendleft(f.evals.pop())
 
@@ -93,15 +92,14 @@ class EvaluationSteps:
             self._evaluate(f, block, env_steps, self.restored_eval_refs[version], version, n)
         self.loop.pending_evals = []
 
-    def _submit_evaluation(self, ref=None, version: Optional[int] = None, n: Optional[int] = None, retry: int = 0):
-        """Evaluate ``version`` (default: the newest) as evaluation number ``n`` (default: the next one)."""
-        cfg = self.cfg
+    def _submit_evaluation(self, ref, version: int, n: Optional[int] = None, retry: int = 0):
+        """Evaluate ``version`` (payload ``ref``) as evaluation number ``n`` (default: the next one)."""
         if n is None:
             self.n_evals += 1
             n = self.n_evals
-        self.eval_versions.add(self.loop.policy_version if version is None else version)
-        args = evaluation_args(cfg, n, self.builder.action_selector)
-        return self.executor.submit(stages.run_evaluation_task, self.payload_ref if ref is None else ref, *args,
+        self.eval_versions.add(version)
+        args = evaluation_args(self.cfg, n, self.builder.action_selector)
+        return self.executor.submit(stages.run_evaluation_task, ref, *args,
                                     key=f"eval-{self.run_id}-{n}" + (f"-r{retry}" if retry else ""))
 
     def _on_evaluation(self, result: Dict[str, Any], start: float, env_steps: Optional[int] = None) -> bool:
