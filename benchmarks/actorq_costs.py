@@ -32,13 +32,16 @@ intra-op threads count):
   learner beside them, one step per call, as the run's driver does in the
   middle of a run: the learner's seconds per step and the actors' seconds per
   env step when both run at once (CPU sharing, and the memory bandwidth and
-  caches a 3x2048 policy's weights contend for, which CPU seconds do not show);
+  caches a 3x2048 policy's weights contend for, which CPU seconds do not show),
+  and fetching a shard write's (small) result from a worker busy with rollouts;
 * ``storage``: ``write_shard_stage`` and ``commit_stage`` per env step and per shard, shards
   of one round of tasks (``actors.num_actors`` x ``env.num_envs`` x
   ``actors.steps_per_task`` rows); "commit" includes the learner's replay cache
   refresh that follows each commit in the run (``refresh_shard_s`` on its own);
   ``dispatch_s`` (on the Dask workers): a block's task graph with no work in it,
-  submit to result (:func:`block_round_trip`).
+  submit to result (:func:`block_round_trip`), ``driver_gather_s`` of it fetching
+  the write's result, and ``driver_submit_s``: the driver thread's submit calls
+  for a block's tasks (``run_rollout_task`` submits timed in ``rollout_parallel``).
 
 The model (``benchmarks.actorq_model``, its docstring has the formulas):
 steady-state bounds (actors, learner, CPU) and the finite run played out as
@@ -159,13 +162,16 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
     ``workers`` records count), after one warm-up task per actor. With
     ``learn`` (one learner step), this process trains while the rollouts run
     and ``learner_wall_s`` is the median wall of the steps that began after
-    the warm-up tasks and ended before the last rollout did (None if none did).
+    the warm-up tasks and ended before the last rollout did (None if none did);
+    after each step it fetches a small value held by a busy worker, as the
+    driver fetches a shard write's result, and ``gather_wall_s`` is their median.
     """
     from core.rollout import ActorSpec, release_actors, run_rollout_task
     workers = sorted(client.scheduler_info()["workers"])
     ref = client.scatter(payload, broadcast=True, hash=False)
     explore = builder.exploration(cfg.agent, 0, 0)
     futures = []
+    t_submit = time.perf_counter()
     for a in range(cfg.actors.num_actors):
         spec = ActorSpec(run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a, cfg.env.max_episode_steps,
                          cfg.threads.litert, builder.action_selector)
@@ -174,8 +180,13 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
             prev = client.submit(run_rollout_task, spec, ref, k, cfg.actors.steps_per_task, explore, after=prev,
                                  key=f"{run_id}-a{a}-t{k}", workers=[workers[a % len(workers)]])
             futures.append((k, prev))
+    submit_s = (time.perf_counter() - t_submit) / len(futures)     # the driver's cost per task submitted
     learner_walls: List[float] = []
+    gathers: List[float] = []
     if learn is not None:
+        # What write_shard_stage returns, held on each worker (fetched while the worker steps envs).
+        probes = [client.scatter([{"shard_id": "s00000000", "rows": 512, "nbytes": 1 << 20, "tasks": []}],
+                                 workers=[w], hash=False)[0] for w in workers]
         warm = [fut for k, fut in futures if k == 0]
         while not all(fut.done() for fut in warm):
             time.sleep(0.001)
@@ -185,14 +196,20 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
             learn()
             if running():                                  # the whole step ran beside the actors
                 learner_walls.append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                probes[len(gathers) % len(probes)].result()
+                if running():
+                    gathers.append(time.perf_counter() - t1)
     stats = [fut.result().stats for k, fut in futures if k > 0]
     client.run(release_actors, run_id)
     steps = sum(st.env_steps for st in stats)
     out = {"wall_s": sum(st.seconds for st in stats) / steps,
-           "inference_wall_s": sum(st.inference_seconds for st in stats) / steps, "workers": len(workers)}
+           "inference_wall_s": sum(st.inference_seconds for st in stats) / steps, "workers": len(workers),
+           "submit_s": submit_s}
     if learn is not None:
         out.update(learner_wall_s=statistics.median(learner_walls) if learner_walls else None,
-                   learner_steps=len(learner_walls))
+                   learner_steps=len(learner_walls),
+                   gather_wall_s=statistics.median(gathers) if gathers else None)
     return out
 
 
@@ -293,20 +310,39 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
     return out
 
 
-def block_round_trip(client, actors: int, repeats: int = 20) -> float:
-    """Median seconds for a block's task graph with no work in it: ``actors`` tasks spread over the
-    workers, one task taking all their results (the shard write's shape), its result at the driver."""
+def block_round_trip(client, actors: int, tasks_per_actor: int = 1, repeats: int = 20) -> Dict[str, float]:
+    """A block's task graph with no work in it, shaped as the driver submits one: ``actors x
+    tasks_per_actor`` tasks, each actor's chained on its worker, and one task taking all their
+    results (the shard write). Medians over ``repeats`` of:
+
+    * ``dispatch_s``: first submit to the write's result held at the driver;
+    * ``submit_s``: the driver's own submit calls (its thread, so serial with its learner);
+    * ``gather_s``: fetching the finished write's result (the driver's thread, likewise).
+    """
     import uuid
+    from distributed import wait
     workers = sorted(client.scheduler_info()["workers"])
-    walls = []
+    walls: Dict[str, List[float]] = {"dispatch_s": [], "submit_s": [], "gather_s": []}
     for r in range(repeats):
         tag = uuid.uuid4().hex[:8]
         t0 = time.perf_counter()
-        parts = [client.submit(abs, -a, key=f"rt-{tag}-{a}", workers=[workers[a % len(workers)]])
-                 for a in range(actors)]
-        client.submit(len, parts, key=f"rt-{tag}-w").result()
-        walls.append(time.perf_counter() - t0)
-    return statistics.median(walls)
+        parts = []
+        for a in range(actors):
+            prev = 0
+            for k in range(tasks_per_actor):
+                prev = client.submit(max, -a, prev, key=f"rt-{tag}-{a}-{k}", workers=[workers[a % len(workers)]],
+                                     pure=False)
+                parts.append(prev)
+        write = client.submit(len, parts, key=f"rt-{tag}-w", pure=False)
+        t1 = time.perf_counter()
+        wait([write])
+        t2 = time.perf_counter()
+        write.result()
+        t3 = time.perf_counter()
+        walls["dispatch_s"].append(t3 - t0)
+        walls["submit_s"].append(t1 - t0)
+        walls["gather_s"].append(t3 - t2)
+    return {k: statistics.median(v) for k, v in walls.items()}
 
 
 def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, Any], repeats: int,
@@ -318,7 +354,10 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
     client = Client(cluster)
     try:
-        out["storage"]["dispatch_s"] = block_round_trip(client, cfg.actors.num_actors)
+        from pipelines.plan import TrainingPlan
+        tasks_per_block = cfg.actors.num_actors * TrainingPlan.from_config(cfg).tasks_per_block
+        trip = block_round_trip(client, cfg.actors.num_actors, tasks_per_block // cfg.actors.num_actors)
+        out["storage"].update(dispatch_s=trip["dispatch_s"], driver_gather_s=trip["gather_s"])
         for p, payload in payloads.items():
             def scatter():
                 fut = client.scatter(payload, broadcast=True, hash=False)
@@ -331,11 +370,16 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
             par_tasks = min(500, max(tasks, int(2.0 / max(per_task(out["precisions"][p]["rollout"]), 1e-6))))
             out["precisions"][p]["rollout_parallel"] = measure_rollouts_parallel(
                 cfg, builder, payload, client, par_tasks, f"costs-par-{p}")
+            # The driver submits a block's rollout tasks (the real call, measured above) and its write.
+            if p == next(iter(payloads)):
+                out["storage"]["driver_submit_s"] = (
+                    out["precisions"][p]["rollout_parallel"]["submit_s"] * (tasks_per_block + 1))
             task_s = per_task(out["precisions"][p]["rollout_parallel"])
             co_tasks = min(500, max(2 * tasks, int(3.0 / max(task_s, 1e-6))))
             co = measure_rollouts_parallel(cfg, builder, payload, client, co_tasks, f"costs-co-{p}", learn)
             out["precisions"][p]["corun"] = {"rollout_wall_s": co["wall_s"], "learner_wall_s": co["learner_wall_s"],
-                                             "learner_steps": co["learner_steps"]}
+                                             "learner_steps": co["learner_steps"],
+                                             "gather_wall_s": co["gather_wall_s"]}
     finally:
         client.close()
         cluster.close()
