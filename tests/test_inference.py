@@ -377,11 +377,13 @@ def test_killed_actor_does_not_disturb_the_server(payload, spec):
     from pipelines.central import _actor_process
     server = _server(payload, spec)
     proc = multiprocessing.get_context("spawn").Process(
-        target=_actor_process, args=(server.endpoint(), ActorSpec("t", "CartPole-v1", 4, 0, 1)), daemon=True)
+        target=_actor_process, args=(server.endpoint(), ActorSpec("t", "CartPole-v1", 4, 0, 1), os.getpid()),
+        daemon=True)
     proc.start()
     deadline = time.time() + 60
-    while server.env_steps < 2000 and time.time() < deadline:
+    while server.env_steps < 200 and time.time() < deadline:     # streaming: killed mid-stream
         time.sleep(0.05)
+    assert server.env_steps >= 200 and server.active_streams == 1
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(10)
     deadline = time.time() + 10

@@ -295,32 +295,16 @@ def test_pomdp_cartpole_hides_velocities():
 # -- learning regression ---------------------------------------------------------------------------------
 
 @pytest.mark.timeout(300)
-def test_r2d2_learns_pomdp_cartpole(tmp_path):
-    """Learning regression: R2D2 (int8 LSTM actors, local executor) >= 300 on CartPole without velocities.
-
-    The full config reaches a confirmed 488 at 70k env steps; here the run
-    stops at the first evaluation >= 300 confirmed on 20 fresh episodes
-    (60k env steps, about 2 minutes on the 2-core CI machine; a feed-forward
-    DQN stays below 50 on these observations, see the README).
-    """
-    from core.config import load_config
-    from pipelines.train import train
-    cfg = load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"),
-                      ["executor=local", "total_env_steps=70000", "eval.target_return=300",
-                       "eval.confirm_episodes=20"])
-    summary = train(cfg, str(tmp_path / "run"), progress=False)
-    assert summary["best_eval_return"] >= 300, summary
-
-
-@pytest.mark.timeout(300)
 def test_r2d2_learns_pomdp_cartpole_with_central_inference(tmp_path):
     """Learning regression (SEED mode): env-only actor processes, server-side LSTM state, int8 batched steps.
 
     The shipped config with ``inference=central`` reaches the config's bar: the
     first evaluation whose mean reaches 400 is confirmed on 100 fresh episodes
-    (430.5 at 75,776 env steps, seed 0: the local run's numbers, since central
-    runs are the local run, test_r2d2_central_run_is_the_local_run). A
-    feed-forward DQN peaks at 45 on these observations.
+    (430.5 at 75,776 env steps, seed 0). A feed-forward DQN peaks at 45 on these
+    observations. It is R2D2's learning test for local inference too: a central
+    run is the local run bit for bit (test_r2d2_central_run_is_the_local_run), so
+    a separate local run to a lower bar (it had one, to 300) repeats the same
+    training for two more CI minutes.
     """
     from core.config import load_config
     from pipelines.train import train
