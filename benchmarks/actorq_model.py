@@ -21,7 +21,7 @@ Steady state (``predict``'s ``env_steps_per_s``): three resources bound the run:
     X_learner = 1 / (r * t_learn + K + O / R + v * V_p)
                                             r = learner.replay_ratio, v = min(r / P, 1 / R) versions per
                                             env step (P = actors.broadcast_period, at most one per block),
-                                            O: the driver's per-block submit calls (below)
+                                            O: the driver's per-block submit and fetch (below)
     X_cpu     = C / (c_A,p + c_S + c_K + r * c_learn + v * c_V,p)     all CPU over C cores
     X_p       = min(X_actors, X_learner, X_cpu)
 
@@ -30,12 +30,13 @@ driver's block pipeline (:mod:`pipelines.plan`) played out with those costs.
 Block ``b`` holds ``R`` env steps; with ``lag = actors.policy_lag``::
 
     roll_end[b]  = max(roll_end[b-1], learn_end[b-1-lag]) + ceil(N/W) * (R/N) * A_p
-    write_end[b] = roll_end[b] + R * S + D            D: a block's Dask round trip (where measured)
-                                                      less O, and plus the slower fetch of the write's
-                                                      result from workers busy with rollouts (co-run)
-    commit[b]    = max(write_end[b], learn_end[b-1]) + (R * K + O) * x   x: the learner thread's slowdown
-                                                      O: the driver thread's submit calls per block (the
-                                                      result is fetched ahead, off the driver's thread)
+    write_end[b] = roll_end[b] + R * S + D            D: a block's Dask round trip (where measured),
+                                                      less the driver's part of it (O)
+    commit[b]    = max(write_end[b], learn_end[b-1]) + R * K * x + O
+                                                      x: the learner thread's slowdown; O: the driver
+                                                      thread's own work per block: its submit calls (times x)
+                                                      and fetching the write's result (measured from
+                                                      workers busy with rollouts, as often as they are)
     learn_end[b] = commit[b] + (target(b) - target(b-1)) * t_learn + [version due] * V_p
                    + [first call shape] * t_trace + [second] * t_retrace  (tf.function, reduce_retracing)
 
@@ -98,8 +99,8 @@ def steady_bounds(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str,
     per = min(r / period, 1.0 / s["block_rows"]) if "block_rows" in s else r / period
     q_cpu = per * (v_cpu + n * c["version"]["load_cpu_s"])
     a, c_a = c["rollout"]["wall_s"], c["rollout"]["cpu_s"]
-    # The driver thread's own per-block work (its submit calls), per env step.
-    o = storage.get("driver_submit_s", 0.0) / s.get("block_rows", 1)
+    # The driver thread's own per-block work (submit calls, result fetch), per env step.
+    o = (storage.get("driver_submit_s", 0.0) + storage.get("driver_gather_s", 0.0)) / s.get("block_rows", 1)
     return {"actors": w / (a + storage["write_s"]),
             "learner": 1.0 / (r * learner["wall_s"] + storage["commit_s"] + o + per * v_wall),
             "cpu": s["cores"] / (c_a + storage["write_cpu_s"] + storage["commit_cpu_s"] + r * learner["cpu_s"]
@@ -121,16 +122,16 @@ def contention(costs_p: Dict[str, Any], learner: Dict[str, Any], cores: int) -> 
 
 def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], storage: Dict[str, Any],
               s: Dict[str, Any], env_steps: int, driver_scale: float = 1.0,
-              fetch_extra: float = 0.0) -> Dict[str, Any]:
+              gather_extra: float = 0.0) -> Dict[str, Any]:
     """The block pipeline with given per-step wall times: time, busy seconds and critical path.
 
     ``driver_scale``: the slowdown of the driver thread's own per-block work
     (commit, cache refresh, submit calls), the learner's thread, so the
     learner's slowdown. ``storage["dispatch_s"]`` (where measured): a block's
     Dask round trip, from its rollouts ending to the driver holding its shard
-    write's result; its ``driver_submit_s`` runs on the driver's thread, serial
-    with its learner steps. ``fetch_extra``: how much longer fetching the write's
-    result takes from workers busy with rollouts than from idle ones.
+    write's result; its ``driver_submit_s`` and ``driver_gather_s`` run on the
+    driver's thread, serial with its learner steps. ``gather_extra``: how much
+    longer fetching the write's result takes from workers busy with rollouts.
     """
     big_r, n = s["block_rows"], s["num_actors"]
     w = min(n, s["workers"])
@@ -138,8 +139,9 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
     a_blk = math.ceil(n / w) * (big_r / n) * a_step
     s_blk = storage.get("write_shard_s", big_r * storage["write_s"])      # per shard where measured
     k_blk = storage.get("commit_shard_s", big_r * storage["commit_s"]) * driver_scale
-    o_blk = storage.get("driver_submit_s", 0.0) * driver_scale
-    d_blk = max(0.0, storage.get("dispatch_s", 0.0) - storage.get("driver_submit_s", 0.0)) + fetch_extra
+    o_blk = storage.get("driver_submit_s", 0.0) * driver_scale + storage.get("driver_gather_s", 0.0) + gather_extra
+    d_blk = max(0.0, storage.get("dispatch_s", 0.0) - storage.get("driver_submit_s", 0.0)
+                - storage.get("driver_gather_s", 0.0))
     v_wall = _version(c["version"])[0]
     target = lambda b: 0 if (b + 1) * big_r < s["min_size"] else int(s["replay_ratio"] * (b + 1) * big_r)
     roll_end, learn_end = [], []
@@ -232,7 +234,7 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
             busy_fetch = co.get("gather_wall_s")
             extra = o_a * max(0.0, busy_fetch - storage.get("driver_gather_s", 0.0)) if busy_fetch else 0.0
             run = _pipeline(a_step, l_step, tuple(x * l_step / learner["wall_s"] for x in traces),
-                            c, storage, s, env_steps, driver_scale=l_step / learner["wall_s"], fetch_extra=extra)
+                            c, storage, s, env_steps, driver_scale=l_step / learner["wall_s"], gather_extra=extra)
         else:
             load = max(1.0, (m + w * u_a + t_l * u_l) / cores)
             g = load / base

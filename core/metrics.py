@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import numbers
-import queue
-import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -38,14 +36,7 @@ def _jsonable(v: Any) -> Any:
 
 
 class MetricsLogger:
-    """Append-only JSONL metrics with optional TensorBoard mirroring.
-
-    The JSONL line is written and flushed before ``write`` returns (what the
-    run's tools and ``--resume`` read). The TensorBoard scalars, one eager TF op
-    each (milliseconds per record on a busy CPU, on the driver's per-block path),
-    are written by one background thread in record order; ``close`` waits for
-    them and re-raises the thread's first error.
-    """
+    """Append-only JSONL metrics with optional TensorBoard mirroring."""
 
     def __init__(self, run_dir: str, tensorboard: bool = True):
         self.run_dir = urls.normalize(run_dir)
@@ -53,19 +44,12 @@ class MetricsLogger:
         fs.makedirs(path, exist_ok=True)
         self._file = fs.open(f"{path}/metrics.jsonl", "a")
         self._tb = None
-        self._tb_queue: Optional[queue.SimpleQueue] = None
-        self._tb_thread: Optional[threading.Thread] = None
-        self._tb_error: Optional[BaseException] = None
         if tensorboard and not urls.is_remote(self.run_dir) and urls.scheme_of(self.run_dir) == "file":
             try:
                 import tensorflow as tf
                 self._tb = tf.summary.create_file_writer(urls.join(self.run_dir, "tb"))
             except ImportError:
                 self._tb = None
-            else:
-                self._tb_queue = queue.SimpleQueue()
-                self._tb_thread = threading.Thread(target=self._tb_loop, name="metrics-tensorboard", daemon=True)
-                self._tb_thread.start()
 
     def write(self, kind: str, step: Optional[int] = None, **values: Any) -> Dict[str, Any]:
         record = {"kind": kind, "time": time.time()}
@@ -74,42 +58,19 @@ class MetricsLogger:
         record.update(_jsonable(values))
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self._tb_queue is not None and step is not None:
-            scalars = [(f"{kind}/{k}", float(v)) for k, v in values.items()
-                       if isinstance(v, numbers.Number) and not isinstance(v, bool)]
-            if scalars:
-                self._tb_queue.put((int(step), scalars))
+        if self._tb is not None and step is not None:
+            import tensorflow as tf
+            with self._tb.as_default(step=int(step)):
+                for k, v in values.items():
+                    if isinstance(v, numbers.Number) and not isinstance(v, bool):
+                        tf.summary.scalar(f"{kind}/{k}", float(v))
         return record
-
-    def _tb_loop(self) -> None:
-        import tensorflow as tf
-        while True:
-            item = self._tb_queue.get()
-            if item is None:
-                return
-            if self._tb_error is not None:
-                continue                     # keep draining: close() reports the first error
-            step, scalars = item
-            try:
-                with self._tb.as_default(step=step):
-                    for name, v in scalars:
-                        tf.summary.scalar(name, v)
-            except Exception as e:  # noqa: BLE001 - re-raised by close()
-                self._tb_error = e
 
     def close(self) -> None:
         self._file.close()
         if self._tb is not None:
-            if self._tb_thread is not None:
-                self._tb_queue.put(None)
-                self._tb_thread.join()
-                self._tb_thread = self._tb_queue = None
             self._tb.flush()
             self._tb.close()
-            self._tb = None
-        if self._tb_error is not None:
-            error, self._tb_error = self._tb_error, None
-            raise error
 
     def __enter__(self) -> "MetricsLogger":
         return self

@@ -73,7 +73,7 @@ class BlockTasks:
         # The rollout futures themselves are the arguments: trajectories go worker -> writer.
         shard_id = stages.shard_id_for(block)
         return self.executor.submit(stages.write_shard_stage, self.store_url, shard_id, list(rollouts),
-                                    self.cfg.replay.writer_options(), fetch_ahead=True,
+                                    self.cfg.replay.writer_options(),
                                     key=f"write-{self.run_id}-{shard_id}" + (f"-r{retry}" if retry else ""))
 
     def _resubmit_lost(self, f: Flight, block: int) -> None:

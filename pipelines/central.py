@@ -192,12 +192,8 @@ class _BesideTheServer:
     def __getattr__(self, name: str):
         return getattr(self.cluster, name)
 
-    def submit(self, fn, *args, key: Optional[str] = None, actor: Optional[int] = None, fetch_ahead: bool = False,
-               **kwargs):
+    def submit(self, fn, *args, key: Optional[str] = None, actor: Optional[int] = None, **kwargs):
         return self.threads.submit(fn, *args, **kwargs)
-
-    def result(self, fut) -> Any:
-        return fut.result()
 
     def wait(self, futures, timeout: Optional[float] = None) -> List[Any]:
         server = self._server_of()

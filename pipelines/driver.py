@@ -308,7 +308,7 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
 
     def _materialize(self, f: Flight, fut) -> Any:
         """``fut.result()``, counting what the driver receives (``driver_bytes_in_per_env_step``)."""
-        result = self.executor.result(fut)
+        result = fut.result()
         f.driver_bytes += len(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
         return result
     # -- 3. learner blocks --------------------------------------------------------------

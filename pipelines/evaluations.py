@@ -99,7 +99,7 @@ class EvaluationSteps:
             n = self.n_evals
         self.eval_versions.add(version)
         args = evaluation_args(self.cfg, n, self.builder.action_selector)
-        return self.executor.submit(stages.run_evaluation_task, ref, *args, fetch_ahead=True,
+        return self.executor.submit(stages.run_evaluation_task, ref, *args,
                                     key=f"eval-{self.run_id}-{n}" + (f"-r{retry}" if retry else ""))
 
     def _on_evaluation(self, result: Dict[str, Any], start: float, env_steps: Optional[int] = None) -> bool:

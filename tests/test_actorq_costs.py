@@ -168,14 +168,14 @@ def test_simulate_plays_the_block_pipeline_exactly():
     # is on this learner-bound run's critical path: 9.75 + 0.1.
     slow = simulate(c, dict(storage, dispatch_s=0.1), learner, s, 300)
     assert slow["time_s"] == pytest.approx(9.85)
-    # Of that round trip, the driver thread's own submit calls (0.03) are serial with its learner:
-    # every block's commit waits 0.03 more, the shard's arrival 0.03 less (its result is fetched
-    # ahead, off the driver's thread). block 0: write at 0.5 + 0.1 + 0.07, commit 0.67 + 0.05 + 0.03
-    # -> learn_end 4.75; block 1: 4.83 -> 7.33; block 2: 7.41 -> 9.91.
+    # Of that round trip, the driver thread's own submit calls and result fetch (0.03 + 0.02) are
+    # serial with its learner: every block's commit waits 0.05 more, the shard's arrival 0.05 less.
+    # block 0: write at 0.5 + 0.1 + 0.05, commit 0.65 + 0.05 + 0.05 -> learn_end 4.75; block 1:
+    # 4.85 -> 7.35; block 2: 7.45 -> 9.95.
     driver = simulate(c, dict(storage, dispatch_s=0.1, driver_submit_s=0.03, driver_gather_s=0.02), learner, s,
                       300)
-    assert driver["time_s"] == pytest.approx(9.91)
-    assert driver["share"]["driver"] == pytest.approx(0.09 / 9.91)
+    assert driver["time_s"] == pytest.approx(9.95)
+    assert driver["share"]["driver"] == pytest.approx(0.15 / 9.95)
 
 
 def test_contention_from_wall_over_cpu_and_its_slowdown():
@@ -213,20 +213,21 @@ def test_co_run_costs_replace_the_cpu_share_for_our_own_threads():
                       driver_scale=l_step / 0.2)
     assert run["time_s"] == pytest.approx(again["time_s"], rel=1e-3)
     assert simulate(c, storage, learner, dict(s, cores=2), 300)["time_s"] < run["time_s"]
-    # Fetching the write's result from workers busy with rollouts (0.05 s; 0.01 from idle ones)
-    # delays each shard by the difference, as often as the actors are busy beside the learner.
+    # Fetching the write's result from workers busy with rollouts (0.05 s; 0.01 from idle ones) costs
+    # the driver's thread the difference per block, as often as the actors are busy beside the learner.
     busy = dict(co, corun=dict(co["corun"], gather_wall_s=0.05))
     sto = dict(storage, dispatch_s=0.02, driver_submit_s=0.0, driver_gather_s=0.01)
     fetched = simulate(busy, sto, learner, dict(s, cores=2), 300)
     o = fetched["overlap"]
     l_step, a_step = 0.2 + o["learner"] * 0.3, 0.01 + o["actors"] * 0.02
     again = _pipeline(a_step, l_step, (l_step / 0.2, 0.5 * l_step / 0.2), busy, sto, dict(s, cores=2), 300,
-                      driver_scale=l_step / 0.2, fetch_extra=o["actors"] * 0.04)
+                      driver_scale=l_step / 0.2, gather_extra=o["actors"] * 0.04)
     assert fetched["time_s"] == pytest.approx(again["time_s"], rel=1e-3)
-    # with the step times fixed, the slower fetch only delays (block 0's shard is on the critical path)
+    # with the step times fixed, the slower fetch delays every block's commit: all 3 are on this
+    # learner-bound run's critical path
     unfetched = _pipeline(a_step, l_step, (l_step / 0.2, 0.5 * l_step / 0.2), busy, sto, dict(s, cores=2), 300,
                           driver_scale=l_step / 0.2)
-    assert again["time_s"] == pytest.approx(unfetched["time_s"] + o["actors"] * 0.04)
+    assert again["time_s"] == pytest.approx(unfetched["time_s"] + 3 * o["actors"] * 0.04)
     # A co-run that measured no learner step (rollouts too short) falls back to the CPU share.
     none = dict(c, corun={"learner_wall_s": None, "rollout_wall_s": 0.03, "learner_steps": 0})
     assert simulate(none, storage, learner, s, 300)["time_s"] == simulate(c, storage, learner, s, 300)["time_s"]

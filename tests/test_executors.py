@@ -184,33 +184,6 @@ def test_dask_wait_counts_a_cancelled_future_as_done():
         executor.close()
 
 
-def test_dask_fetch_ahead_brings_the_result_once_and_leaves_failures_to_result():
-    """A write's result is fetched on the client's callback thread as soon as it finishes; result()
-    hands that copy over (once), and a failed task still raises on the caller's thread."""
-    import time
-    from pipelines.executors.dask import DaskExecutor
-
-    def boom():
-        raise ValueError("write failed")
-
-    executor = DaskExecutor(n_workers=1)
-    try:
-        fut = executor.submit(dict, rows=512, key="write-x", fetch_ahead=True)
-        failed = executor.submit(boom, key="write-y", fetch_ahead=True)
-        plain = executor.submit(dict, rows=1, key="write-z")
-        deadline = time.time() + 30
-        while "write-x" not in executor._fetched and time.time() < deadline:
-            time.sleep(0.01)
-        assert executor._fetched == {"write-x": {"rows": 512}}
-        assert executor.result(fut) == {"rows": 512} and executor._fetched == {}
-        assert executor.result(fut) == {"rows": 512}           # fetched again from the cluster
-        assert executor.result(plain) == {"rows": 1}
-        with pytest.raises(ValueError, match="write failed"):
-            executor.result(failed)
-    finally:
-        executor.close()
-
-
 @pytest.mark.parametrize("data, match", [
     ({"executor": "local"}, r"^learner.resources \{\"GPU\": 1.0\} needs executor 'dask', not 'local' "),
     ({"executor": "beam"}, r"^learner.resources \{\"GPU\": 1.0\} needs executor 'dask', not 'beam' "),

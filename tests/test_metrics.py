@@ -2,8 +2,6 @@
 import glob
 import json
 
-import pytest
-
 
 def _tb_scalars(run_dir):
     import tensorflow as tf
@@ -17,12 +15,12 @@ def _tb_scalars(run_dir):
     return out
 
 
-def test_jsonl_is_written_before_write_returns_and_tensorboard_gets_every_scalar_in_order(tmp_path):
+def test_jsonl_is_written_at_once_and_tensorboard_gets_every_numeric_scalar_in_order(tmp_path):
     from core.metrics import MetricsLogger, read_metrics
     log = MetricsLogger(str(tmp_path))
     for step in range(50):
         log.write("commit", step=step, rows=step * 2, write_s=0.5, ok=True, name="x")
-        # the line is on disk now, while TensorBoard's thread may still be behind
+        # the line is on disk when write returns (what --resume and the curve tools read)
         assert read_metrics(str(tmp_path), kind="commit")[-1]["rows"] == step * 2
     log.write("config", config={"a": 1})          # no step: JSONL only
     log.close()
@@ -32,18 +30,3 @@ def test_jsonl_is_written_before_write_returns_and_tensorboard_gets_every_scalar
                        for tag, v in (("commit/rows", s * 2.0), ("commit/write_s", 0.5))]
     with open(tmp_path / "metrics.jsonl") as f:
         assert [json.loads(line)["kind"] for line in f] == ["commit"] * 50 + ["config"]
-
-
-def test_a_tensorboard_failure_is_raised_at_close_not_lost(tmp_path, monkeypatch):
-    import tensorflow as tf
-    from core.metrics import MetricsLogger
-    log = MetricsLogger(str(tmp_path))
-
-    def broken(*a, **k):
-        raise RuntimeError("disk full")
-
-    monkeypatch.setattr(tf.summary, "scalar", broken)
-    log.write("learner", step=1, loss=0.5)
-    with pytest.raises(RuntimeError, match="disk full"):
-        log.close()
-    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1

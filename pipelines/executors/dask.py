@@ -22,13 +22,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence
-
-
-_MISSING = object()
 
 
 @contextlib.contextmanager
@@ -40,6 +36,7 @@ def _workers_ignore_sigint():
     Ctrl-C and closes the cluster, which stops the workers.
     """
     import signal
+    import threading
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -81,8 +78,6 @@ class DaskExecutor:
         self._addrs: List[str] = []
         self._addrs_time = 0.0
         self._stage_addrs: List[str] = []     # workers holding a placed stage (actors avoid them)
-        self._fetched: Dict[str, Any] = {}     # key -> result brought ahead (submit's fetch_ahead)
-        self._fetched_lock = threading.Lock()
 
     def _add_stage_worker(self, resources: Dict[str, float]) -> None:
         """One more LocalCluster worker, advertising ``resources``, for the placed learner."""
@@ -111,12 +106,7 @@ class DaskExecutor:
     def broadcast(self, payload: Any):
         return self.client.scatter(payload, broadcast=True, hash=False)
 
-    def submit(self, fn: Callable, *args: Any, key: str | None = None, actor: int | None = None,
-               fetch_ahead: bool = False, **kwargs: Any):
-        """The task on the cluster; ``actor`` pins it to that actor's worker. ``fetch_ahead``: bring
-        its (small) result to this process as soon as it finishes, on the client's callback thread,
-        so that :meth:`result` does not wait for a worker busy with rollouts while the driver could
-        be training."""
+    def submit(self, fn: Callable, *args: Any, key: str | None = None, actor: int | None = None, **kwargs: Any):
         addrs = self._worker_addresses()
         workers = None
         if actor is not None:
@@ -125,27 +115,8 @@ class DaskExecutor:
             workers = addrs          # any worker but the learner's, while there is one
         if self.task_wrapper is not None:
             fn = self.task_wrapper(fn)
-        fut = self.client.submit(fn, *args, key=key, workers=workers, allow_other_workers=workers is not None,
-                                 retries=self.retries, pure=False, **kwargs)
-        if fetch_ahead:
-            fut.add_done_callback(self._fetch)
-        return fut
-
-    def _fetch(self, fut) -> None:
-        if fut.status != "finished":
-            return                    # failed or cancelled: result() raises it on the driver's thread
-        try:
-            value = fut.result()
-        except Exception:  # noqa: BLE001 - lost meanwhile: result() fetches (or raises) again
-            return
-        with self._fetched_lock:
-            self._fetched[fut.key] = value
-
-    def result(self, fut) -> Any:
-        """``fut.result()``, from what :meth:`submit`'s ``fetch_ahead`` already brought where it did."""
-        with self._fetched_lock:
-            value = self._fetched.pop(getattr(fut, "key", None), _MISSING)
-        return fut.result() if value is _MISSING else value
+        return self.client.submit(fn, *args, key=key, workers=workers, allow_other_workers=workers is not None,
+                                  retries=self.retries, pure=False, **kwargs)
 
     def wait(self, futures: Sequence[Any], timeout: float | None = None) -> List[Any]:
         """The futures that are done (finished, failed or cancelled) after at most ``timeout`` s.

@@ -21,16 +21,13 @@ class LocalExecutor:
         return payload
 
     def submit(self, fn: Callable, *args: Any, key: str | None = None, actor: int | None = None,
-               fetch_ahead: bool = False, **kwargs: Any) -> concurrent.futures.Future:
+               **kwargs: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
             future.set_result(fn(*[_resolve(a) for a in args], **kwargs))
         except Exception as e:  # surfaced by .result(), like a remote failure
             future.set_exception(e)
         return future
-
-    def result(self, fut: concurrent.futures.Future) -> Any:
-        return fut.result()
 
     def wait(self, futures: Sequence[concurrent.futures.Future], timeout: float | None = None) -> List:
         return [f for f in futures if f.done()]
