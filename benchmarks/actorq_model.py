@@ -154,7 +154,11 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
         ready = learn_end[pb] if pb >= 0 else 0.0
         roll_start = max(roll_end[-1] if roll_end else 0.0, ready)
         roll_end.append(roll_start + a_blk)
-        rolls.append((roll_start, roll_end[-1]))
+        # The workers are busy from a block's rollouts to its shard write (both run on them).
+        if rolls and roll_start <= rolls[-1][1]:
+            rolls[-1] = (rolls[-1][0], max(rolls[-1][1], roll_end[-1] + s_blk))
+        else:
+            rolls.append((roll_start, roll_end[-1] + s_blk))
         write_end = roll_end[-1] + s_blk + d_blk
         prev = learn_end[-1] if learn_end else 0.0
         path["actors"] += max(0.0, roll_end[-1] - prev)
@@ -207,7 +211,9 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
     actors with ``o_actors``, where ``o`` is the fraction of that side's busy time
     the pipeline overlaps with the other side's (the block schedule correlates
     them: a block's learner steps run while the next block's rollouts do), since
-    CPU seconds miss the caches and memory bandwidth the two share. ``u`` and the
+    CPU seconds miss the caches and memory bandwidth the two share; the workers count
+    as busy from a block's rollouts to the end of its shard write, which runs on
+    them too. ``u`` and the
     pipeline are solved together by fixed-point iteration (``iterations`` rounds).
     ``others``: the other users' runnable threads during the run, where known
     (e.g. from the load average); the per-step costs are then scaled from their

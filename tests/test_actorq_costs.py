@@ -233,6 +233,17 @@ def test_co_run_costs_replace_the_cpu_share_for_our_own_threads():
     assert simulate(none, storage, learner, s, 300)["time_s"] == simulate(c, storage, learner, s, 300)["time_s"]
 
 
+def test_the_learner_overlaps_the_workers_through_rollouts_and_shard_writes():
+    from benchmarks.actorq_model import _pipeline
+    c, storage, learner, s = _pipeline_costs()
+    run = _pipeline(0.01, 0.2, (1.0, 0.5), c, storage, s, 200)
+    # workers busy: block 0 rollouts 0-0.5 + write to 0.6, block 1 rollouts 0.5-1.0 + write to 1.1 -> (0, 1.1);
+    # learner: block 0 at commit 0.65 for 2.0 + 1.5 traces -> (0.65, 4.15), block 1 (4.7, 6.7): 0.45 together
+    assert run["time_s"] == pytest.approx(7.2)
+    assert run["overlap"]["learner"] == pytest.approx(0.45 / 5.5)
+    assert run["overlap"]["actors"] == pytest.approx(0.45 / 1.0)
+
+
 def test_overlap_of_two_interval_lists_exact():
     from benchmarks.actorq_model import _overlap
     rolls = [(0.0, 1.0), (1.0, 2.0), (4.0, 6.0)]
