@@ -234,6 +234,7 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
     # -- main loop --------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
         """Train through the plan's blocks (or to a planned stop); returns the summary dict."""
+        from pipelines.stop_signal import stop_on_sigterm
         self._setup()
         try:
             self._first_versions()
@@ -241,23 +242,39 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
             self._resume_evaluations(f)
             bar = self._progress_bar()
             t_bar = time.time()
-            while not (f.stop or self.loop.block >= f.plan.num_blocks):
-                progressed = f.timed("submit", self._submit_blocks, f)        # 1. blocks whose version exists
-                progressed |= f.timed("commit", self._commit_next, f, bar)   # 2. next shard, in block order
-                progressed |= f.timed("learn", self._learn, f)               # 3. the block's learner stage call
-                if f.lag_due():      # every 2 s: policy lag in versions and seconds
-                    self.log.write("policy_lag", step=self.loop.env_steps, policy_version=self.loop.policy_version,
-                                   **f.lag_summary())
-                if bar is not None and time.time() - t_bar > 0.5:
-                    t_bar = time.time()
-                    bar.set_postfix(self._postfix(f.start, f.recent_returns, f.lags), refresh=False)
-                self._watch(f, progressed)                       # 4. never wait forever
+            with stop_on_sigterm() as stop_request:
+                while not (f.stop or self.loop.block >= f.plan.num_blocks):
+                    progressed = f.timed("submit", self._submit_blocks, f)        # 1. blocks whose version exists
+                    progressed |= f.timed("commit", self._commit_next, f, bar)   # 2. next shard, in block order
+                    progressed |= f.timed("learn", self._learn, f)               # 3. the block's learner stage call
+                    if stop_request and f.learning is None:          # SIGTERM: at a learner block end
+                        self._stop_on_signal(f, stop_request.signal_name, bar)
+                    if f.lag_due():      # every 2 s: policy lag in versions and seconds
+                        self.log.write("policy_lag", step=self.loop.env_steps,
+                                       policy_version=self.loop.policy_version, **f.lag_summary())
+                    if bar is not None and time.time() - t_bar > 0.5:
+                        t_bar = time.time()
+                        bar.set_postfix(self._postfix(f.start, f.recent_returns, f.lags), refresh=False)
+                    self._watch(f, progressed)                       # 4. never wait forever
             if bar is not None:
                 bar.close()
             return self._close(f)
         except Exception as e:
             self._abort(e)
             raise
+
+    def _stop_on_signal(self, f: Flight, signal_name: str, bar) -> None:
+        """A checkpoint at this learner block end, then stop (pipelines.stop_signal); raises KeyboardInterrupt,
+        which the CLI turns into the one-line resume message."""
+        if bar is not None:
+            bar.close()
+        self._checkpoint(f)
+        self.log.write("stopped", step=self.loop.env_steps, signal=signal_name, learner_steps=self.learner_steps,
+                       block=self.loop.block)
+        for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
+            fut.cancel()       # not committed: a resume plans them again
+        self._shutdown()
+        raise KeyboardInterrupt(signal_name)
 
     def _abort(self, error: Exception) -> None:
         """A failed run: close the stage (its checkpoint writes finish); name --resume if the learner was lost."""

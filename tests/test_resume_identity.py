@@ -89,6 +89,45 @@ def test_a_run_killed_after_its_first_checkpoint_and_resumed_is_bit_identical(un
     _assert_same_run(uninterrupted, resumed, f"uninterrupted vs killed + resumed ({executor[1]})")
 
 
+#: Sends itself SIGTERM (what a batch scheduler sends before it kills a job) right after the n-th commit.
+SIGTERM_AT = """
+import os, signal, sys
+from pipelines import driver
+n, seen = int(sys.argv[1]), [0]
+original = driver.Trainer._committed
+def wrapped(self, *args, **kwargs):
+    original(self, *args, **kwargs)
+    seen[0] += 1
+    if seen[0] == n:
+        os.kill(os.getpid(), signal.SIGTERM)
+driver.Trainer._committed = wrapped
+from pipelines.train import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_checkpoints_at_the_next_block_end_and_the_resume_is_bit_identical(uninterrupted, tmp_path):
+    """SIGTERM after block 0's commit: the run finishes the learner block in flight, checkpoints there (not
+    at the 1,000-step cadence), exits 130 with the resume line, and --resume ends as the uninterrupted run."""
+    from core.checkpoint import Checkpointer
+    run_dir = str(tmp_path / "stopped")
+    stopped = subprocess.run([sys.executable, "-c", SIGTERM_AT, "1", "--run-dir", run_dir, "--no-progress",
+                              "--executor", "local", *SET], cwd=REPO, env=ENV, capture_output=True, text=True,
+                             timeout=300)
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        (record,) = [r for r in map(json.loads, f) if r["kind"] == "stopped"]
+    assert record["signal"] == "SIGTERM" and record["block"] == 1 and record["learner_steps"] == 512
+    with Checkpointer(os.path.join(run_dir, "checkpoints")) as ckpt:
+        assert ckpt.all_steps() == [512]                       # the stop's own, before the first periodic one
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"interrupted at checkpoint step 512; resume with: python -m pipelines.train --resume {run_dir}")
+    assert not os.path.exists(os.path.join(run_dir, "summary.json"))
+    resumed = _resume(run_dir)
+    _assert_same_run(uninterrupted, resumed, "uninterrupted vs SIGTERM + resumed")
+
+
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("where, n, block, precommitted", [
     ("_committed", 3, 2, [2]),        # block 2 committed after the checkpoint: actors continue at block 3
