@@ -71,7 +71,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise ConfigError(f"{args.run_dir!r} has no metrics.jsonl records; pass a directory written by "
                           f"python -m pipelines.train")
     config = next((r["config"] for r in records if r["kind"] == "config"), {})
-    evals = sorted((r for r in records if r["kind"] == "eval"), key=lambda r: r["step"])
+    # A resumed run evaluates the planned evaluations after its checkpoint again: one per planned step, the last.
+    evals = sorted({r["step"]: r for r in records if r["kind"] == "eval"}.values(), key=lambda r: r["step"])
     training = training_curve([r for r in records if r["kind"] == "commit"], args.window)
     print(curve_table(training, evals, args.window))
     if args.json:

@@ -124,7 +124,8 @@ def test_learning_curve_cli_reads_a_running_run_and_plots(tmp_path, capsys):
     records = [{"kind": "config", "step": 0, "config": {"name": "p", "env": {"id": "atari:Pong"},
                                                           "agent": {"algo": "r2d2"}, "seed": 0}},
                {"kind": "commit", "step": 100, "episodes": 2, "return_sum": -41.0},
-               {"kind": "eval", "step": 100, "mean": -21.0, "std": 0.0, "version": 1},
+               {"kind": "eval", "step": 100, "mean": -20.0, "std": 0.0, "version": 1},
+               {"kind": "eval", "step": 100, "mean": -21.0, "std": 0.0, "version": 1},   # again, after a resume
                {"kind": "commit", "step": 200, "episodes": 1, "return_sum": -19.0}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))   # no summary.json yet
     out = tmp_path / "curve.png"
@@ -133,7 +134,7 @@ def test_learning_curve_cli_reads_a_running_run_and_plots(tmp_path, capsys):
     stored = json.loads((tmp_path / "c.json").read_text())
     assert stored["training"] == [{"env_steps": 100, "episodes": 2, "mean_return": -20.5},
                                   {"env_steps": 200, "episodes": 1, "mean_return": -19.0}]
-    assert stored["evals"][0]["mean"] == -21.0 and stored["config"]["name"] == "p"
+    assert [e["mean"] for e in stored["evals"]] == [-21.0] and stored["config"]["name"] == "p"
     assert "| 100 | 2 | -20.50 | 100: -21.0 +- 0.0 |" in text and "| 200 | 1 | -19.00 | - |" in text
     assert out.stat().st_size > 0
     assert learning_curve.main([str(tmp_path / "missing")]) == 2
