@@ -187,9 +187,11 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
         # What write_shard_stage returns, held on each worker (fetched while the worker steps envs).
         probes = [client.scatter([{"shard_id": "s00000000", "rows": 512, "nbytes": 1 << 20, "tasks": []}],
                                  workers=[w], hash=False)[0] for w in workers]
-        warm = [fut for k, fut in futures if k == 0]
-        while not all(fut.done() for fut in warm):
-            time.sleep(0.001)
+    warm = [fut for k, fut in futures if k == 0]
+    while not all(fut.done() for fut in warm):
+        time.sleep(0.001)
+    t_chains = time.perf_counter()
+    if learn is not None:
         running = lambda: not all(fut.done() for _, fut in futures)  # noqa: E731
         while running():
             t0 = time.perf_counter()
@@ -200,10 +202,15 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
                 probes[len(gathers) % len(probes)].result()
                 if running():
                     gathers.append(time.perf_counter() - t1)
+    from distributed import wait
+    wait([fut for _, fut in futures])
+    chains_s = time.perf_counter() - t_chains
     stats = [fut.result().stats for k, fut in futures if k > 0]
     client.run(release_actors, run_id)
     steps = sum(st.env_steps for st in stats)
     out = {"wall_s": sum(st.seconds for st in stats) / steps,
+           # per env step and worker as the chains ran: the gaps between chained tasks (dispatch) included
+           "chain_wall_s": chains_s * len(workers) / steps,
            "inference_wall_s": sum(st.inference_seconds for st in stats) / steps, "workers": len(workers),
            "submit_s": submit_s}
     if learn is not None:
@@ -356,7 +363,8 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
     try:
         from pipelines.plan import TrainingPlan
         tasks_per_block = cfg.actors.num_actors * TrainingPlan.from_config(cfg).tasks_per_block
-        trip = block_round_trip(client, cfg.actors.num_actors, tasks_per_block // cfg.actors.num_actors)
+        # One task per actor: the gaps between an actor's chained tasks are in rollout_parallel's chain_wall_s.
+        trip = block_round_trip(client, cfg.actors.num_actors, 1)
         out["storage"].update(dispatch_s=trip["dispatch_s"], driver_gather_s=trip["gather_s"])
         for p, payload in payloads.items():
             def scatter():
@@ -377,7 +385,8 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
             task_s = per_task(out["precisions"][p]["rollout_parallel"])
             co_tasks = min(500, max(2 * tasks, int(3.0 / max(task_s, 1e-6))))
             co = measure_rollouts_parallel(cfg, builder, payload, client, co_tasks, f"costs-co-{p}", learn)
-            out["precisions"][p]["corun"] = {"rollout_wall_s": co["wall_s"], "learner_wall_s": co["learner_wall_s"],
+            out["precisions"][p]["corun"] = {"rollout_wall_s": co["wall_s"], "chain_wall_s": co["chain_wall_s"],
+                                             "learner_wall_s": co["learner_wall_s"],
                                              "learner_steps": co["learner_steps"],
                                              "gather_wall_s": co["gather_wall_s"]}
     finally:

@@ -225,7 +225,9 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
     base = max(1.0, (m0 + 1) / cores)
     # Rollouts measured on the run's W workers at once already carry their own contention.
     par = c.get("rollout_parallel")
-    a_wall, a_base = (par["wall_s"], max(1.0, (m0 + par["workers"]) / cores)) if par else (c["rollout"]["wall_s"], base)
+    # As the chains ran (the dispatch gaps between an actor's tasks included) where measured.
+    a_wall, a_base = ((par.get("chain_wall_s", par["wall_s"]), max(1.0, (m0 + par["workers"]) / cores)) if par
+                      else (c["rollout"]["wall_s"], base))
     traces = (learner.get("trace_s", 0.0), learner.get("retrace_s", 0.0))
     co = c.get("corun") if (c.get("corun") or {}).get("learner_wall_s") else None
     u_a = u_l = o_a = o_l = 1.0
@@ -235,7 +237,7 @@ def simulate(c: Dict[str, Any], storage: Dict[str, Any], learner: Dict[str, Any]
             # felt as often as the other side runs; only others' load scales (m0 -> m).
             g = max(1.0, (m + 1) / cores) / base
             l_step = (learner["wall_s"] + o_l * (co["learner_wall_s"] - learner["wall_s"])) * g
-            a_step = (a_wall + o_a * (co["rollout_wall_s"] - a_wall)) * g
+            a_step = (a_wall + o_a * (co.get("chain_wall_s", co["rollout_wall_s"]) - a_wall)) * g
             # Fetching a result from busy workers (measured beside the rollouts) as often as they are busy.
             busy_fetch = co.get("gather_wall_s")
             extra = o_a * max(0.0, busy_fetch - storage.get("driver_gather_s", 0.0)) if busy_fetch else 0.0

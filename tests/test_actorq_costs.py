@@ -244,6 +244,17 @@ def test_the_learner_overlaps_the_workers_through_rollouts_and_shard_writes():
     assert run["overlap"]["actors"] == pytest.approx(0.45 / 1.0)
 
 
+def test_parallel_rollouts_count_the_gaps_between_chained_tasks():
+    from benchmarks.actorq_model import simulate
+    c, storage, learner, s = _pipeline_costs()
+    in_tasks = dict(c, rollout_parallel={"wall_s": 0.01, "workers": 2})
+    chained = dict(c, rollout_parallel={"wall_s": 0.01, "chain_wall_s": 0.03, "workers": 2})
+    as_chained = dict(c, rollout_parallel={"wall_s": 0.03, "workers": 2})
+    t = simulate(chained, storage, learner, s, 300)["time_s"]
+    assert t == simulate(as_chained, storage, learner, s, 300)["time_s"] > simulate(in_tasks, storage, learner, s,
+                                                                                     300)["time_s"]
+
+
 def test_overlap_of_two_interval_lists_exact():
     from benchmarks.actorq_model import _overlap
     rolls = [(0.0, 1.0), (1.0, 2.0), (4.0, 6.0)]
