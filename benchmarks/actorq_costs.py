@@ -317,10 +317,10 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
     return out
 
 
-def block_round_trip(client, actors: int, tasks_per_actor: int = 1, repeats: int = 20) -> Dict[str, float]:
-    """A block's task graph with no work in it, shaped as the driver submits one: ``actors x
-    tasks_per_actor`` tasks, each actor's chained on its worker, and one task taking all their
-    results (the shard write). Medians over ``repeats`` of:
+def block_round_trip(client, actors: int, repeats: int = 20) -> Dict[str, float]:
+    """A block's task graph with no work in it: one task per actor on its worker and one task taking
+    all their results (the shard write). One task per actor: the gaps between an actor's chained tasks
+    are in ``rollout_parallel``'s ``chain_wall_s``. Medians over ``repeats`` of:
 
     * ``dispatch_s``: first submit to the write's result held at the driver;
     * ``submit_s``: the driver's own submit calls (its thread, so serial with its learner);
@@ -333,13 +333,8 @@ def block_round_trip(client, actors: int, tasks_per_actor: int = 1, repeats: int
     for r in range(repeats):
         tag = uuid.uuid4().hex[:8]
         t0 = time.perf_counter()
-        parts = []
-        for a in range(actors):
-            prev = 0
-            for k in range(tasks_per_actor):
-                prev = client.submit(max, -a, prev, key=f"rt-{tag}-{a}-{k}", workers=[workers[a % len(workers)]],
-                                     pure=False)
-                parts.append(prev)
+        parts = [client.submit(abs, -a, key=f"rt-{tag}-{a}", workers=[workers[a % len(workers)]], pure=False)
+                 for a in range(actors)]
         write = client.submit(len, parts, key=f"rt-{tag}-w", pure=False)
         t1 = time.perf_counter()
         wait([write])
@@ -363,8 +358,7 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
     try:
         from pipelines.plan import TrainingPlan
         tasks_per_block = cfg.actors.num_actors * TrainingPlan.from_config(cfg).tasks_per_block
-        # One task per actor: the gaps between an actor's chained tasks are in rollout_parallel's chain_wall_s.
-        trip = block_round_trip(client, cfg.actors.num_actors, 1)
+        trip = block_round_trip(client, cfg.actors.num_actors)
         out["storage"].update(dispatch_s=trip["dispatch_s"], driver_gather_s=trip["gather_s"])
         for p, payload in payloads.items():
             def scatter():

@@ -271,10 +271,15 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
         self._checkpoint(f)
         self.log.write("stopped", step=self.loop.env_steps, signal=signal_name, learner_steps=self.learner_steps,
                        block=self.loop.block)
-        for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
-            fut.cancel()       # not committed: a resume plans them again
+        self._cancel_uncommitted(f)    # a resume plans them again
         self._shutdown()
         raise KeyboardInterrupt(signal_name)
+
+    @staticmethod
+    def _cancel_uncommitted(f: Flight) -> None:
+        """Cancel the rollouts and shard writes of every block not committed yet."""
+        for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
+            fut.cancel()
 
     def _abort(self, error: Exception) -> None:
         """A failed run: close the stage (its checkpoint writes finish); name --resume if the learner was lost."""
@@ -304,8 +309,7 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
                 continue
             f.evals.popleft()
             self._on_evaluation(result, f.start, env_steps=steps)
-        for fut in [*f.writes.values(), *(r for rs in f.rollouts.values() for r in rs)]:
-            fut.cancel()       # planned past a stop: never committed (gc removes what they wrote)
+        self._cancel_uncommitted(f)    # planned past a stop: never committed (gc removes what they wrote)
         self.task_bytes_in, self.trajectory_bytes = f.driver_bytes, f.trajectory_bytes
         f.stage_s = self.stage.run("stage_seconds")    # once per run: the stage's own split (wall_split)
         self.log.write("schedule", step=self.loop.env_steps, blocks=self.loop.block, wall_s=time.time() - f.start,
