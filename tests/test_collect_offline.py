@@ -119,8 +119,9 @@ def test_offline_resume_bad_input_is_one_line_and_writes_nothing(solved_run, exp
     assert sorted(p.name for p in run.iterdir()) == before
 
 
-#: 4,096 learner steps in 8 blocks of 512; checkpoints every 1,024 steps; 4 evaluations; no early stop.
-RESUME_SETTINGS = ["total_env_steps=8192", "eval.every_env_steps=2048", "eval.episodes=10",
+#: 2,048 learner steps in 4 blocks of 512; checkpoints at 1,024 and 2,048 steps; evaluations after blocks 1 and 3
+#: (so the resumed segment evaluates); no early stop.
+RESUME_SETTINGS = ["total_env_steps=4096", "eval.every_env_steps=2048", "eval.episodes=10",
                    "eval.confirm_episodes=0", "eval.stop_at_target=false", "checkpoint.every_steps=1000"]
 
 
@@ -170,7 +171,7 @@ def test_offline_resume_after_sigkill_is_bit_identical(expert_store, tmp_path):
             proc.kill()
             proc.wait()
     at_kill, _, meta = _learner_state(killed)
-    assert step is not None and at_kill < summary["learner_steps"] == 4096, "killed after the end: not a resume test"
+    assert step is not None and at_kill < summary["learner_steps"] == 2048, "killed after the end: not a resume test"
     assert not os.path.exists(os.path.join(killed, "summary.json"))
     assert main(["--resume", killed, "--no-progress"]) == 0     # finds its dataset in offline.json
 

@@ -65,6 +65,7 @@ ADAPTERS = {
     "dmc": "core.envs.dmc",
     "atari": "core.envs.atari",
     "pomdp": "core.envs.pomdp",
+    "pixels": "core.envs.pixels",
 }
 
 
