@@ -137,6 +137,19 @@ def test_learning_curve_cli_reads_a_running_run_and_plots(tmp_path, capsys):
     assert [e["mean"] for e in stored["evals"]] == [-21.0] and stored["config"]["name"] == "p"
     assert "| 100 | 2 | -20.50 | 100: -21.0 +- 0.0 |" in text and "| 200 | 1 | -19.00 | - |" in text
     assert out.stat().st_size > 0
+    # Several runs (seeds of one config): a table each, one figure, {"runs": [...]} in the same order.
+    other = tmp_path / "other"
+    other.mkdir()
+    records[0]["config"]["seed"] = 1
+    (other / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:3]))
+    both = tmp_path / "both.json"
+    assert learning_curve.main([str(run), str(other), "--window", "100", "--out", str(out), "--json", str(both)]) == 0
+    text = capsys.readouterr().out
+    stored = json.loads(both.read_text())["runs"]
+    assert [r["run_dir"] for r in stored] == [str(run), str(other)] and [r["config"]["seed"] for r in stored] == [0, 1]
+    assert stored[1]["training"] == [{"env_steps": 100, "episodes": 2, "mean_return": -20.5}]
+    assert f"{other} (seed 1)" in text and text.count("| 100 | 2 | -20.50 |") == 2
     assert learning_curve.main([str(tmp_path / "missing")]) == 2
+    assert learning_curve.main([str(run), str(tmp_path / "missing")]) == 2
     assert learning_curve.main([str(run), "--window", "0"]) == 2
     assert "valid: > 0" in capsys.readouterr().err
