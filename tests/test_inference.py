@@ -306,7 +306,9 @@ def test_server_unrolls_follow_the_rlds_contract(payload, spec):
     assert list(stats["step_ms"]) == list(PHASES) and all(v >= 0 for v in stats["step_ms"].values())
     assert set(out[3]["step_ms"]) == {"encode", "round_trip", "env_step", "env_cpu", "cpu"}
     assert 0 < out[3]["step_ms"]["env_cpu"] < out[3]["step_ms"]["cpu"]        # the envs are part of the CPU
-    assert sum(stats["step_ms"].values()) < out[3]["step_ms"]["round_trip"]     # the handler runs inside it
+    # the handler runs between the actor's send (its encode opens it: the server may start decoding before
+    # the actor's coroutine resumes after the send) and the reply's arrival
+    assert sum(stats["step_ms"].values()) < out[3]["step_ms"]["encode"] + out[3]["step_ms"]["round_trip"]
     assert stats["step_ms"]["batched_inference"] >= stats["queued_ms_mean"] > 0
     b = batches[0]
     assert b.reward.shape == (16, 4) and b.extras["logits"].shape == (16, 4, 2)
