@@ -1,4 +1,5 @@
 """Config loading and validation: every bad input gets one line naming key and choices."""
+import os
 import subprocess
 import sys
 
@@ -16,6 +17,22 @@ def test_default_config_loads_typed():
     assert cfg.executor == "dask"
     assert isinstance(cfg.agent.learning_rate, float)
     assert cfg.threads.tf_intra_op == 1
+
+
+SHIPPED = sorted(os.path.relpath(os.path.join(d, n), config_lib.CONFIG_DIR)
+                 for d, _, names in os.walk(config_lib.CONFIG_DIR) for n in names if n.endswith(".yaml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_config_loads(name):
+    """A config in configs/ that does not validate would fail only when someone runs it."""
+    cfg = load_config(os.path.join(config_lib.CONFIG_DIR, name))
+    assert cfg.name and cfg.total_env_steps > 0
+
+
+def test_shipped_config_names_are_unique():
+    names = [load_config(os.path.join(config_lib.CONFIG_DIR, n)).name for n in SHIPPED]
+    assert len(names) == len(set(names)) and len(SHIPPED) >= 10, names
 
 
 def test_overrides_parse_yaml_scalars():
