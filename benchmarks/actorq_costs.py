@@ -39,9 +39,10 @@ intra-op threads count):
   ``actors.steps_per_task`` rows); "commit" includes the learner's replay cache
   refresh that follows each commit in the run (``refresh_shard_s`` on its own);
   ``dispatch_s`` (on the Dask workers): a block's task graph with no work in it,
-  submit to result (:func:`block_round_trip`), ``driver_gather_s`` of it fetching
-  the write's result, and ``driver_submit_s``: the driver thread's submit calls
-  for a block's tasks (``run_rollout_task`` submits timed in ``rollout_parallel``).
+  submit to result (:func:`block_round_trip`), ``dispatch_submit_s`` of it the
+  submit calls of that empty graph and ``driver_gather_s`` fetching the write's
+  result, and ``driver_submit_s``: the driver thread's submit calls for a
+  block's real tasks (``run_rollout_task`` submits timed in ``rollout_parallel``).
 
 The model (``benchmarks.actorq_model``, its docstring has the formulas):
 steady-state bounds (actors, learner, CPU) and the finite run played out as
@@ -359,7 +360,8 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
         from pipelines.plan import TrainingPlan
         tasks_per_block = cfg.actors.num_actors * TrainingPlan.from_config(cfg).tasks_per_block
         trip = block_round_trip(client, cfg.actors.num_actors)
-        out["storage"].update(dispatch_s=trip["dispatch_s"], driver_gather_s=trip["gather_s"])
+        out["storage"].update(dispatch_s=trip["dispatch_s"], dispatch_submit_s=trip["submit_s"],
+                              driver_gather_s=trip["gather_s"])
         for p, payload in payloads.items():
             def scatter():
                 fut = client.scatter(payload, broadcast=True, hash=False)

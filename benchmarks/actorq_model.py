@@ -129,8 +129,10 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
     (commit, cache refresh, submit calls), the learner's thread, so the
     learner's slowdown. ``storage["dispatch_s"]`` (where measured): a block's
     Dask round trip, from its rollouts ending to the driver holding its shard
-    write's result; its ``driver_submit_s`` and ``driver_gather_s`` run on the
-    driver's thread, serial with its learner steps. ``gather_extra``: how much
+    write's result; its own submit calls (``dispatch_submit_s``) and result
+    fetch (``driver_gather_s``) are taken out of it, and the block's real
+    submits (``driver_submit_s``) and the fetch run on the driver's thread,
+    serial with its learner steps. ``gather_extra``: how much
     longer fetching the write's result takes from workers busy with rollouts.
     """
     big_r, n = s["block_rows"], s["num_actors"]
@@ -140,8 +142,10 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
     s_blk = storage.get("write_shard_s", big_r * storage["write_s"])      # per shard where measured
     k_blk = storage.get("commit_shard_s", big_r * storage["commit_s"]) * driver_scale
     o_blk = storage.get("driver_submit_s", 0.0) * driver_scale + storage.get("driver_gather_s", 0.0) + gather_extra
-    d_blk = max(0.0, storage.get("dispatch_s", 0.0) - storage.get("driver_submit_s", 0.0)
-                - storage.get("driver_gather_s", 0.0))
+    # The round trip less its own submit and fetch (on the driver path above): scheduling and the workers'
+    # hand-offs. Cost files from before dispatch_submit_s was measured take the block's submits instead.
+    d_submit = storage.get("dispatch_submit_s", storage.get("driver_submit_s", 0.0))
+    d_blk = max(0.0, storage.get("dispatch_s", 0.0) - d_submit - storage.get("driver_gather_s", 0.0))
     v_wall = _version(c["version"])[0]
     target = lambda b: 0 if (b + 1) * big_r < s["min_size"] else int(s["replay_ratio"] * (b + 1) * big_r)
     roll_end, learn_end = [], []

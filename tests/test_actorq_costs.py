@@ -176,6 +176,13 @@ def test_simulate_plays_the_block_pipeline_exactly():
                       300)
     assert driver["time_s"] == pytest.approx(9.95)
     assert driver["share"]["driver"] == pytest.approx(0.15 / 9.95)
+    # Where the round trip's own submits were measured (0.01 s for its empty graph), those leave the round
+    # trip, not the block's real submits: each shard arrives 0.02 later than above (0.1 - 0.01 - 0.02 = 0.07
+    # of scheduling and hand-offs instead of 0.05), and as with the round trip itself only block 0's arrival
+    # is on this learner-bound run's critical path: 9.95 + 0.02.
+    measured = simulate(c, dict(storage, dispatch_s=0.1, dispatch_submit_s=0.01, driver_submit_s=0.03,
+                                driver_gather_s=0.02), learner, s, 300)
+    assert measured["time_s"] == pytest.approx(9.97)
 
 
 def test_contention_from_wall_over_cpu_and_its_slowdown():
