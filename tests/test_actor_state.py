@@ -38,11 +38,12 @@ CASES = [  # env id, selector, explore, policy inputs, outputs, frame stack
     ("Pendulum-v1", "gaussian", {"sigma": 0.3}, 3, 1, 1),
     ("pomdp:CartPole-v1", "epsilon_greedy", {"epsilon": 0.3}, 2, 2, 1),
     ("CartPole-v1", "epsilon_greedy", {"epsilon": 0.3}, 8, 2, 2),      # frame stacker state
+    ("pixels:Catch", "epsilon_greedy", {"epsilon": 0.3}, 84 * 84 * 2, 3, 2),   # uint8 frames, stacked
 ]
 
 
 @pytest.mark.parametrize("env_id, selector, explore, inputs, outputs, stack", CASES,
-                         ids=["cartpole", "acrobot", "pendulum", "pomdp", "cartpole-stack2"])
+                         ids=["cartpole", "acrobot", "pendulum", "pomdp", "cartpole-stack2", "catch-pixels-stack2"])
 def test_a_restored_actor_steps_bit_identically(env_id, selector, explore, inputs, outputs, stack):
     payload = _payload(inputs, outputs)
     spec = ActorSpec("as-test", env_id, num_envs=3, seed=5, actor_id=1, selector=selector, frame_stack=stack,
