@@ -67,9 +67,9 @@ def test_beam_run_on_the_in_memory_runner_is_bit_identical_to_the_local_run(loca
 
 
 def test_a_beam_run_resumed_with_a_larger_budget_is_bit_identical(local_run, tmp_path):
-    """2,048 env steps, then --resume to 4,096: the same run as local's 4,096, in rounds of 2 blocks (rounds of
-    one block are the prioritized test's below). Block 2's learner restores from beam/learner and its actors
-    from their documents: the round boundary of a run that was never resumed is the same code path."""
+    """2,048 env steps, then --resume to 4,096: the same run as local's 4,096, in rounds of 2 blocks. Block 2's
+    learner restores from beam/learner and its actors from their documents. (Round boundaries inside one
+    launcher run, never resumed, are the prioritized test's below: rounds of one block.)"""
     first = _beam(tmp_path, "grow", [*DIRECT, "--blocks_per_round", "2"], ["total_env_steps=2048"])
     assert first[0]["env_steps"] == 2048 and _rounds(first[1]) == [[0, 1]]
     run = _beam(tmp_path, "grow", [*DIRECT, "--blocks_per_round", "2"], resume=True)
