@@ -8,8 +8,11 @@ active (the driver's loop: local and Dask executors, local and central
 inference), SIGTERM only sets the request; the loop sees it once no learner
 block is in flight, writes a checkpoint there (a block end, as the periodic
 ones) and stops with the one-line resume message (exit 130). ``--resume``
-then continues bit-identically. Beam runs are stopped between rounds by their
-runner and resume from their round records instead.
+then continues bit-identically. The embedded Dask cluster's workers ignore
+SIGTERM (:mod:`pipelines.executors.dask`), so one sent to the whole process
+group, as Slurm's ``scancel`` does, is the same planned stop. Beam runs are
+stopped between rounds by their runner and resume from their round records
+instead.
 
 Example::
 

@@ -129,6 +129,42 @@ def test_sigterm_checkpoints_at_the_next_block_end_and_the_resume_is_bit_identic
 
 
 @pytest.mark.timeout(400)
+def test_sigterm_to_a_dask_runs_whole_process_group_is_the_same_planned_stop(uninterrupted, tmp_path):
+    """What Slurm's scancel does: SIGTERM to every process of the job, the embedded cluster's workers too.
+    The workers start with SIGTERM ignored (the driver closes them), so the rollouts and shard writes in
+    flight finish, the run checkpoints at its next block end, exits 130, and --resume ends as the
+    uninterrupted (local) run: a Dask run is the local run bit for bit."""
+    run_dir = str(tmp_path / "stopped")
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.train", "--run-dir", run_dir, "--no-progress",
+                             "--executor", "dask", "--set", "dask.n_workers=2", *SET], cwd=REPO, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while proc.poll() is None and time.time() < deadline:
+            if os.path.exists(metrics) and '"kind": "commit"' in open(metrics).read():
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        os.killpg(proc.pid, signal.SIGTERM)                   # the driver and both Dask workers
+        err = proc.communicate(timeout=300)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err[-2000:]
+    with open(metrics) as f:
+        (record,) = [r for r in map(json.loads, f) if r["kind"] == "stopped"]
+    assert record["signal"] == "SIGTERM" and record["block"] < 3, record   # stopped before the end (4 blocks)
+    assert "resume with: python -m pipelines.train --resume" in err.strip().splitlines()[-1]
+    # No worker died: a killed one shows as the scheduler's "Removing worker ... lose scattered data" (the policy).
+    assert "Traceback" not in err and "distributed." not in err, err[-2000:]
+    assert not os.path.exists(os.path.join(run_dir, "summary.json"))
+    resumed = _resume(run_dir)
+    _assert_same_run(uninterrupted, resumed, "uninterrupted (local) vs a Dask run SIGTERMed as a group + resumed")
+
+
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("where, n, block, precommitted", [
     ("_committed", 3, 2, [2]),        # block 2 committed after the checkpoint: actors continue at block 3
     ("_committed", 4, 2, [2, 3]),     # blocks 2 and 3 too: nothing left to roll out, learner blocks 2, 3 see

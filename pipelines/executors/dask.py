@@ -28,23 +28,30 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
 @contextlib.contextmanager
-def _workers_ignore_sigint():
-    """Start worker processes with SIGINT ignored (inherited across spawn; Python then adds no handler).
+def _workers_ignore_stop_signals():
+    """Start worker processes with SIGINT and SIGTERM ignored (inherited across spawn; Python then adds no
+    handler for them).
 
-    Ctrl-C in a terminal reaches the whole process group: without this every
-    worker prints a KeyboardInterrupt traceback. The driver alone handles
-    Ctrl-C and closes the cluster, which stops the workers.
+    Ctrl-C in a terminal reaches the whole process group, and so does a batch
+    scheduler's SIGTERM (Slurm's ``scancel`` signals every process of the
+    job): without this every worker prints a KeyboardInterrupt traceback, or
+    dies with the rollouts and shard writes in flight before the driver's
+    planned stop (:mod:`pipelines.stop_signal`) can finish its block and
+    checkpoint. The driver alone handles both and closes the cluster, which
+    stops the workers; a driver killed outright takes them with it
+    (distributed's workers exit when their parent does).
     """
     import signal
     import threading
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class DaskExecutor:
@@ -67,7 +74,7 @@ class DaskExecutor:
             n = n_workers or os.cpu_count() or 1
             # No work stealing: a stolen rollout leaves its actor's warm worker (its env state and
             # LiteRT interpreter) and must ship the state along (core.rollout); pinned is cheaper.
-            with _workers_ignore_sigint(), dask.config.set({"distributed.scheduler.work-stealing": False}):
+            with _workers_ignore_stop_signals(), dask.config.set({"distributed.scheduler.work-stealing": False}):
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
                                              processes=True, dashboard_address=None,
                                              env=thread_env or {}, silence_logs=logging.ERROR)
@@ -86,7 +93,8 @@ class DaskExecutor:
         spec["options"] = {**spec["options"], "resources": dict(resources)}
         n = len(self._cluster.worker_spec)
         self._cluster.worker_spec["learner"] = spec
-        self._cluster.sync(self._cluster._correct_state)    # SpecCluster: start what worker_spec names
+        with _workers_ignore_stop_signals():
+            self._cluster.sync(self._cluster._correct_state)    # SpecCluster: start what worker_spec names
         self.client.wait_for_workers(n + 1, timeout=60)
 
     def check_resources(self, resources: Dict[str, float]) -> None:
