@@ -30,6 +30,8 @@ Usage::
     python -m benchmarks.actorq_study --quick --out /tmp/actorq-quick     # 1 seed, small budgets, ~10 min
     python -m benchmarks.actorq_study --out /tmp/actorq                    # 3 seeds, ~1 hour on 2 cores
     python -m benchmarks.actorq_study --size small --seeds 3 --out /tmp/aq-small
+    # the target-reaching study, kept per seed so it can grow over several sessions:
+    python -m benchmarks.actorq_study --to-target --out /tmp/aq --keep benchmarks/results/actorq-study-runs
 """
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ import time
 from typing import Dict, List
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:   # run as a script or imported by tests: this checkout's core/benchmarks
+    sys.path.insert(0, REPO)
 
 #: task -> {size: (config, env-step budget full, env-step budget quick)}
 TASKS: Dict[str, Dict[str, tuple]] = {
@@ -69,6 +73,25 @@ def machine_info() -> Dict[str, object]:
             "platform": platform.platform(), "loadavg": os.getloadavg()}
 
 
+EPILOG = """
+records:
+  With --keep DIR every seed whose precisions all finished is kept as small report records (config,
+  summary, carbon, evaluations, the last workers record, and record.json: command, seconds, load,
+  commit, date) in DIR/<task>-<size>-<budget>[--<overrides>]/<precision>-s<seed>/, a few kB each.
+  A later study with the same --keep skips the seeds kept there and reports them with the new ones, so
+  the 3-seed, target-reaching study can be made over several sessions and committed as it grows. The
+  precisions of one seed always run back to back in one session; the report refuses kept runs whose
+  configs differ (a config edited between sessions) by naming the keys.
+
+examples:
+  python -m benchmarks.actorq_study --quick --out /tmp/actorq-quick
+  python -m benchmarks.actorq_study --to-target --tasks cartpole-dqn --seeds 3 --out /tmp/aq \\
+      --keep benchmarks/results/actorq-study-runs
+  python -m benchmarks.actorq_study --to-target --tasks cartpole-dqn --seeds 3 --out /tmp/aq-r0.125 \\
+      --keep benchmarks/results/actorq-study-runs --set learner.replay_ratio=0.125
+"""
+
+
 def run_one(config: str, precision: str, seed: int, budget: int, run_dir: str, backend: str,
             extra: List[str]) -> Dict[str, object]:
     cmd = [sys.executable, "-m", "pipelines.train", "--config", config, "--seed", str(seed),
@@ -86,15 +109,48 @@ def run_one(config: str, precision: str, seed: int, budget: int, run_dir: str, b
     return out
 
 
+def budget_for(task: str, size: str, quick: bool, to_target: bool, extra: List[str]) -> int:
+    """The env-step budget of a task's runs: an explicit ``total_env_steps=N`` override wins."""
+    config, full, short = TASKS[task][size]
+    budget = short if quick else full
+    if to_target:
+        from core import config as config_lib
+        cfg = config_lib.load_config(os.path.join(REPO, config))
+        if not cfg.eval.stop_at_target:
+            raise SystemExit(f"error: {config} does not stop at its target (eval.stop_at_target: false); "
+                             f"--to-target needs runs that end when they reach it")
+        budget = cfg.total_env_steps
+    for item in extra:   # applied last by pipelines.train, so it is the budget the run gets
+        if item.startswith("total_env_steps="):
+            budget = int(float(item.split("=", 1)[1].replace("_", "")))
+    return budget
+
+
+def study_label(task: str, size: str, budget: int, extra: List[str]) -> str:
+    """Name of one study setting (task, size, budget, overrides): the kept records' folder."""
+    rest = [x for x in extra if not x.startswith("total_env_steps=")]
+    slug = "".join(c if c.isalnum() or c in "._=" else "-" for c in "--".join(rest))
+    return f"{task}-{size}-{budget}" + (f"--{slug}" if slug else "")
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.actorq_study", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.actorq_study", description=__doc__.split("\n\n")[0],
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory (runs/ and report/ inside)")
     p.add_argument("--quick", action="store_true", help="1 seed and small budgets (~10 min)")
-    p.add_argument("--size", choices=["actorq", "actor-bound", "small"], default="actorq")
+    p.add_argument("--size", choices=["actorq", "actor-bound", "small"], default="actorq",
+                   help="which configs: actorq (3x2048 policy), actor-bound (the same policy at a low replay "
+                        "ratio), small (the tuned 256x256 configs)")
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS),
                    choices=["fp32", "fp16", "int8-dynamic", "int8-full"], help="fp32 first: the baseline")
     p.add_argument("--seeds", type=int, help="seeds per task x precision (default 3, --quick 1)")
     p.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(TASKS))
+    p.add_argument("--to-target", action="store_true",
+                   help="budget each run with its config's total_env_steps (runs stop when they reach the "
+                        "target), instead of the short budgets that fit a time box")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep each finished seed's runs as small report records in DIR/<setting>/ (commit them) "
+                        "and skip seeds already kept there: a study can span sessions (see records)")
     p.add_argument("--carbon-backend", default="process-time", choices=["process-time", "codecarbon", "auto"])
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="extra config override for every run")
@@ -102,41 +158,74 @@ def main(argv=None) -> int:
     seeds = args.seeds or (1 if args.quick else 3)
     if args.quick:  # learning starts sooner, so a short budget is not all replay warm-up
         args.extra = ["replay.min_size=500"] + args.extra
-    os.makedirs(args.out, exist_ok=True)
-    study = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "machine": machine_info(),
-             "argv": sys.argv, "size": args.size, "quick": args.quick, "seeds": seeds, "runs": []}
-    run_dirs = []
+    if args.precisions[0] != "fp32":
+        print("error: --precisions must start with fp32 (the baseline every ratio is taken against)",
+              file=sys.stderr)
+        return 2
     for task in args.tasks:
         if args.size not in TASKS[task]:
             print(f"error: task {task!r} has no --size {args.size} config; valid sizes: "
                   f"{', '.join(sorted(TASKS[task]))}", file=sys.stderr)
             return 2
-        config, full, quick = TASKS[task][args.size]
-        budget = quick if args.quick else full
-        for item in args.extra:   # an explicit --set total_env_steps=N wins (it is applied last)
-            if item.startswith("total_env_steps="):
-                budget = int(float(item.split("=", 1)[1].replace("_", "")))
+    os.makedirs(args.out, exist_ok=True)
+    from core import report as report_lib
+    from benchmarks.suite_runs import git_state
+    commit, dirty = git_state()
+    study = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "machine": machine_info(),
+             "argv": sys.argv, "size": args.size, "quick": args.quick, "seeds": seeds, "commit": commit,
+             "dirty": dirty, "runs": []}
+    try:   # an earlier invocation into the same --out: its runs' commands stay on record
+        with open(os.path.join(args.out, "study.json")) as f:
+            earlier = {r["run_dir"]: r for r in json.load(f).get("runs", []) if "run_dir" in r}
+    except (OSError, ValueError):
+        earlier = {}
+    report_dirs = []
+    for task in args.tasks:
+        config = TASKS[task][args.size][0]
+        budget = budget_for(task, args.size, args.quick, args.to_target, args.extra)
+        label = study_label(task, args.size, budget, args.extra)
         for seed in range(seeds):
+            kept = {pr: os.path.join(args.keep, label, f"{pr}-s{seed}") for pr in args.precisions} if args.keep else {}
+            if kept and all(os.path.isfile(os.path.join(d, "summary.json")) for d in kept.values()):
+                print(f"[kept] {label} seed {seed}: {', '.join(args.precisions)} (skipped)", flush=True)
+                report_dirs += kept.values()
+                continue
+            # every precision of a seed runs in this session, back to back, so each ratio compares
+            # runs made minutes apart on the same machine (never a kept fp32 with a fresh int8)
+            finished = {}
             for precision in args.precisions:
                 run_dir = os.path.join(os.path.abspath(args.out), "runs", f"{task}-{precision}-s{seed}")
                 if os.path.exists(os.path.join(run_dir, "summary.json")):
                     print(f"[skip] {run_dir} (done)", flush=True)
-                    run_dirs.append(run_dir)
+                    finished[precision] = dict(earlier.get(run_dir, {}), run_dir=run_dir, reused=True)
+                    study["runs"].append(finished[precision])
                     continue
                 print(f"[run] {task} {precision} seed {seed} ({budget:,} env steps) ...", flush=True)
                 r = run_one(config, precision, seed, budget, run_dir, args.carbon_backend, args.extra)
-                r.update(task=task, precision=precision, seed=seed, run_dir=run_dir)
+                r.update(task=task, precision=precision, seed=seed, run_dir=run_dir, label=label,
+                         commit=commit, dirty=dirty,
+                         date=datetime.datetime.now(datetime.timezone.utc).isoformat())
                 study["runs"].append(r)
                 print(f"      rc={r['rc']} {r['seconds']:.0f} s, load {r['loadavg_before']:.1f}"
                       f"->{r['loadavg_after']:.1f}", flush=True)
                 if r["rc"] == 0:
-                    run_dirs.append(run_dir)
+                    finished[precision] = r
                 else:
                     print(r.get("stderr_tail", ""), file=sys.stderr)
                 with open(os.path.join(args.out, "study.json"), "w") as f:
                     json.dump(study, f, indent=2)
-    from core import report as report_lib
-    result = report_lib.write_report(report_lib.load_runs(run_dirs), os.path.join(args.out, "report"))
+            if len(finished) < len(args.precisions):
+                continue   # a seed with a failed precision has no ratio: nothing of it is kept or reported
+            for precision, r in finished.items():
+                if kept:
+                    report_lib.save_report_record(r["run_dir"], kept[precision], extra=r)
+                    report_dirs.append(kept[precision])
+                else:
+                    report_dirs.append(r["run_dir"])
+    if not report_dirs:
+        print("error: no seed finished every precision; nothing to report (see study.json)", file=sys.stderr)
+        return 1
+    result = report_lib.write_report(report_lib.load_runs(report_dirs), os.path.join(args.out, "report"))
     study["machine"]["loadavg_end"] = os.getloadavg()
     with open(os.path.join(args.out, "study.json"), "w") as f:
         json.dump(study, f, indent=2)

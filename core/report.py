@@ -28,13 +28,14 @@ from core.report_actorq import (curves, markdown_table, plot_bars, plot_returns,
                                 write_report)
 from core.report_format import band_on_grid
 from core.report_runs import (VARYING_KEYS, ReportError, Run, check_comparable, group_by_task, load_run,
-                              load_runs)
+                              load_runs, save_report_record)
 from core.report_suite import (first_hit, median_to_target, plot_suite_curves, suite_markdown_table,
                                suite_record, suite_rows, training_curve, write_suite_report)
 
 __all__ = [
     "VARYING_KEYS", "ReportError", "Run", "band_on_grid", "check_comparable", "curves", "first_hit",
     "group_by_task", "load_run", "load_runs", "markdown_table", "median_to_target", "plot_bars",
-    "plot_returns", "plot_suite_curves", "suite_markdown_table", "suite_record", "suite_rows", "summarize",
+    "plot_returns", "plot_suite_curves", "save_report_record", "suite_markdown_table", "suite_record",
+    "suite_rows", "summarize",
     "training_curve", "write_report", "write_suite_report",
 ]

@@ -7,6 +7,12 @@ may differ only in ``actors.precision`` and ``seed`` (``name`` and
 ``run_dir`` are labels and ignored), otherwise :class:`ReportError` names the
 differing keys.
 
+:func:`save_report_record` copies just those parts of a finished run
+(config, summary, carbon, and the ``eval`` records and last ``workers``
+record of its metrics) into a small directory that :func:`load_run` reads
+like the run itself: small enough to commit, so a study that spans several
+sessions (and machines) keeps every finished run's result.
+
 Example::
 
     runs = load_runs(["runs/a-fp32-s0", "runs/a-int8-s0"])   # ReportError if not comparable
@@ -17,11 +23,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import tempfile
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Sequence
 
 from core import config as config_lib
 from core import urls
+
+#: files of a run directory that a report record keeps (carbon.json only where the run wrote one)
+RECORD_FILES = ("config.json", "summary.json", "carbon.json")
 
 #: config keys allowed to differ between runs of one task
 VARYING_KEYS = ("actors.precision", "seed", "name", "run_dir")
@@ -100,3 +112,42 @@ def check_comparable(runs: Sequence[Run]) -> None:
             shown = ", ".join(differing[:8]) + (f" (+{len(differing) - 8} more)" if len(differing) > 8 else "")
             raise ReportError(f"runs of task {task!r} differ in {shown}; configs may differ only in "
                               f"actors.precision and seed")
+
+
+def save_report_record(run_dir: str, dest: str, extra: Optional[Dict[str, Any]] = None) -> str:
+    """Write the report's view of the finished local run ``run_dir`` to the directory ``dest``; return ``dest``.
+
+    ``dest`` gets :data:`RECORD_FILES` (those present), a ``metrics.jsonl``
+    with every ``eval`` record and the last ``workers`` record, and, if
+    given, ``extra`` as ``record.json`` (how the run was made: command,
+    seconds, load, commit). The directory appears whole or not at all: it is
+    written beside ``dest`` and renamed into place, replacing an older one,
+    so an interrupted save never leaves a record that looks finished.
+    """
+    from core.metrics import read_metrics
+    for name in ("config.json", "summary.json"):
+        if not os.path.isfile(os.path.join(run_dir, name)):
+            raise ReportError(f"{run_dir!r} is not a finished run directory (no {name}); "
+                              f"pass directories written by python -m pipelines.train")
+    records = read_metrics(run_dir)
+    workers = [r for r in records if r["kind"] == "workers"]
+    kept = [r for r in records if r["kind"] == "eval"] + workers[-1:]
+    parent = os.path.dirname(os.path.abspath(dest))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".record-", dir=parent)
+    try:
+        for name in RECORD_FILES:
+            if os.path.isfile(os.path.join(run_dir, name)):
+                shutil.copyfile(os.path.join(run_dir, name), os.path.join(tmp, name))
+        with open(os.path.join(tmp, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+        if extra is not None:
+            with open(os.path.join(tmp, "record.json"), "w") as f:
+                json.dump(extra, f, indent=2, sort_keys=True)
+        if os.path.exists(dest):
+            shutil.rmtree(dest)
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
