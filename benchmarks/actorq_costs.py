@@ -42,7 +42,9 @@ intra-op threads count):
   submit to result (:func:`block_round_trip`), ``dispatch_submit_s`` of it the
   submit calls of that empty graph and ``driver_gather_s`` fetching the write's
   result, and ``driver_submit_s``: the driver thread's submit calls for a
-  block's real tasks (``run_rollout_task`` submits timed in ``rollout_parallel``).
+  block's real tasks (``run_rollout_task`` submits timed in ``rollout_parallel``);
+  ``first_write_shard_s`` (on the Dask workers): a fresh worker's first shard
+  write, which pays the write engine's imports (:func:`first_shard_writes`).
 
 The model (``benchmarks.actorq_model``, its docstring has the formulas):
 steady-state bounds (actors, learner, CPU) and the finite run played out as
@@ -168,7 +170,7 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
     driver fetches a shard write's result, and ``gather_wall_s`` is their median.
     """
     from core.rollout import ActorSpec, release_actors, run_rollout_task
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = _workers(client)
     ref = client.scatter(payload, broadcast=True, hash=False)
     explore = builder.exploration(cfg.agent, 0, 0)
     futures = []
@@ -314,7 +316,8 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
             rng = np.random.default_rng(cfg.seed + 1)
             learn = lambda: stages.learn_stage(learner, sampler, 1, cfg.agent.batch_size, rng)  # noqa: E731
             learn()   # a one-step call's shape (reduce_retracing generalized it already: no new trace)
-            measure_on_workers(cfg, builder, payloads, out, repeats, tasks, learn)
+            per = max(1, min(cfg.actors.num_actors, len(rollout_results) // 3))   # one shard, as measure_storage's
+            measure_on_workers(cfg, builder, payloads, out, repeats, tasks, learn, store_url, rollout_results[:per])
     return out
 
 
@@ -329,7 +332,7 @@ def block_round_trip(client, actors: int, repeats: int = 20) -> Dict[str, float]
     """
     import uuid
     from distributed import wait
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = _workers(client)
     walls: Dict[str, List[float]] = {"dispatch_s": [], "submit_s": [], "gather_s": []}
     for r in range(repeats):
         tag = uuid.uuid4().hex[:8]
@@ -348,15 +351,40 @@ def block_round_trip(client, actors: int, repeats: int = 20) -> Dict[str, float]
     return {k: statistics.median(v) for k, v in walls.items()}
 
 
+def _workers(client) -> List[str]:
+    """The cluster's worker addresses, all of them (``scheduler_info()`` lists at most 5), waiting up
+    to 30 s for one: a run of this tool once read an empty worker list between two measurements."""
+    client.wait_for_workers(1, timeout=30)
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def first_shard_writes(client, store_url: str, group: List[Any], writer_options: Dict[str, Any]) -> float:
+    """Median over fresh workers of their first ``write_shard_stage`` (s, as the stage times itself).
+
+    A worker's first write imports the write engine (tensorstore, zarr): 1.19-1.27 s in an actor-bound
+    CartPole run against ~0.03 s for every later write (benchmarks/RESULTS.md), a one-off cost that the
+    in-process ``measure_storage``, whose process has imported them, never sees. Run before any other
+    task on the workers; the shards stay uncommitted (invisible) in the tool's scratch store.
+    """
+    from pipelines import stages
+    workers = _workers(client)
+    futures = [client.submit(stages.write_shard_stage, store_url, stages.shard_id_for(900_000 + i), group,
+                             writer_options, key=f"first-write-{i}", workers=[w], pure=False)
+               for i, w in enumerate(workers)]
+    return statistics.median(f.result()["write_s"] for f in futures)
+
+
 def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, Any], repeats: int,
-                       tasks: int, learn: Callable[[], None]) -> None:
-    """Dask scatter, parallel rollouts and co-run (rollouts beside ``learn``) per precision, on a
-    LocalCluster of the run's actor workers."""
+                       tasks: int, learn: Callable[[], None], store_url: str, group: List[Any]) -> None:
+    """Fresh workers' first shard write, then Dask scatter, parallel rollouts and co-run (rollouts beside
+    ``learn``) per precision, on a LocalCluster of the run's actor workers."""
     from distributed import Client, LocalCluster
     n = min(cfg.actors.num_actors, cfg.dask.n_workers or os.cpu_count() or 1)
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
     client = Client(cluster)
     try:
+        out["storage"]["first_write_shard_s"] = first_shard_writes(client, store_url, group,
+                                                                   cfg.replay.writer_options())
         from pipelines.plan import TrainingPlan
         tasks_per_block = cfg.actors.num_actors * TrainingPlan.from_config(cfg).tasks_per_block
         trip = block_round_trip(client, cfg.actors.num_actors)

@@ -40,7 +40,8 @@ Block ``b`` holds ``R`` env steps; with ``lag = actors.policy_lag``::
     learn_end[b] = commit[b] + (target(b) - target(b-1)) * t_learn + [version due] * V_p
                    + [first call shape] * t_trace + [second] * t_retrace  (tf.function, reduce_retracing)
 
-(S and K per shard where measured per shard: a small-row shard's cost is fixed.)
+(S and K per shard where measured per shard: a small-row shard's cost is fixed; blocks 0..W-1 write
+with S_first, a fresh worker's first write, which pays the write engine's imports, where measured.)
     T            = learn_end[last]          target(b) = floor(r * rows(<= b)), 0 below min_size
 
 with each per-step wall time scaled by the run's CPU contention: the costs were
@@ -140,6 +141,9 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
     blocks = max(1, math.ceil(env_steps / big_r))
     a_blk = math.ceil(n / w) * (big_r / n) * a_step
     s_blk = storage.get("write_shard_s", big_r * storage["write_s"])      # per shard where measured
+    # A fresh worker's first shard write pays its imports (where measured): blocks 0..W-1 each write on
+    # a worker that has not written yet.
+    s_first = max(s_blk, storage.get("first_write_shard_s", s_blk))
     k_blk = storage.get("commit_shard_s", big_r * storage["commit_s"]) * driver_scale
     o_blk = storage.get("driver_submit_s", 0.0) * driver_scale + storage.get("driver_gather_s", 0.0) + gather_extra
     # The round trip less its own submit and fetch (on the driver path above): scheduling and the workers'
@@ -158,12 +162,13 @@ def _pipeline(a_step: float, l_step: float, trace: tuple, c: Dict[str, Any], sto
         ready = learn_end[pb] if pb >= 0 else 0.0
         roll_start = max(roll_end[-1] if roll_end else 0.0, ready)
         roll_end.append(roll_start + a_blk)
+        s_b = s_first if b < w else s_blk
         # The workers are busy from a block's rollouts to its shard write (both run on them).
         if rolls and roll_start <= rolls[-1][1]:
-            rolls[-1] = (rolls[-1][0], max(rolls[-1][1], roll_end[-1] + s_blk))
+            rolls[-1] = (rolls[-1][0], max(rolls[-1][1], roll_end[-1] + s_b))
         else:
-            rolls.append((roll_start, roll_end[-1] + s_blk))
-        write_end = roll_end[-1] + s_blk + d_blk
+            rolls.append((roll_start, roll_end[-1] + s_b))
+        write_end = roll_end[-1] + s_b + d_blk
         prev = learn_end[-1] if learn_end else 0.0
         path["actors"] += max(0.0, roll_end[-1] - prev)
         path["storage"] += max(0.0, write_end - max(prev, roll_end[-1])) + k_blk

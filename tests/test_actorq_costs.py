@@ -183,6 +183,15 @@ def test_simulate_plays_the_block_pipeline_exactly():
     measured = simulate(c, dict(storage, dispatch_s=0.1, dispatch_submit_s=0.01, driver_submit_s=0.03,
                                 driver_gather_s=0.02), learner, s, 300)
     assert measured["time_s"] == pytest.approx(9.97)
+    # A fresh worker's first shard write pays its imports (0.6 s instead of 0.1): blocks 0 and 1 write on the
+    # 2 workers' first writes, and only block 0's is on the critical path (block 1's shard arrives at 1.6,
+    # long before learner block 0 ends): block 0 commits at 1.15 -> 5.15, block 1 -> 7.7, block 2 -> 10.25.
+    first = simulate(c, dict(storage, first_write_shard_s=0.6), learner, s, 300)
+    assert first["time_s"] == pytest.approx(10.25)
+    # One worker: block 0 alone writes first (its rollouts take 1.0 s there): 10.25 + 0.5.
+    assert simulate(c, storage, learner, dict(s, workers=1), 300)["time_s"] == pytest.approx(10.25)
+    one_worker = simulate(c, dict(storage, first_write_shard_s=0.6), learner, dict(s, workers=1), 300)
+    assert one_worker["time_s"] == pytest.approx(10.75)
 
 
 def test_contention_from_wall_over_cpu_and_its_slowdown():
