@@ -223,6 +223,13 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
     return out
 
 
+def shard_groups(cfg, results: List[Any]) -> List[List[Any]]:
+    """Rollout results as the shards :func:`measure_storage` writes: up to one round of actor tasks
+    each, fewer when that leaves under 3 shards."""
+    per = max(1, min(cfg.actors.num_actors, len(results) // 3))
+    return [results[i:i + per] for i in range(0, len(results), per)]
+
+
 def measure_storage(cfg, store, store_url: str, results: List[Any], shards: int) -> Dict[str, float]:
     """Shard write, commit and the learner's cache refresh, per shard and per env step.
 
@@ -234,8 +241,7 @@ def measure_storage(cfg, store, store_url: str, results: List[Any], shards: int)
     from core.replay import ReplayCache
     from pipelines import resume as resume_lib
     from pipelines import stages
-    per = max(1, min(cfg.actors.num_actors, len(results) // 3))
-    groups = [results[i:i + per] for i in range(0, len(results), per)][:shards]
+    groups = shard_groups(cfg, results)[:shards]
     cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
     cost = {k: [] for k in ("write", "write_cpu", "commit", "commit_cpu", "refresh", "rows")}
     for g, group in enumerate(groups):
@@ -316,8 +322,8 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
             rng = np.random.default_rng(cfg.seed + 1)
             learn = lambda: stages.learn_stage(learner, sampler, 1, cfg.agent.batch_size, rng)  # noqa: E731
             learn()   # a one-step call's shape (reduce_retracing generalized it already: no new trace)
-            per = max(1, min(cfg.actors.num_actors, len(rollout_results) // 3))   # one shard, as measure_storage's
-            measure_on_workers(cfg, builder, payloads, out, repeats, tasks, learn, store_url, rollout_results[:per])
+            measure_on_workers(cfg, builder, payloads, out, repeats, tasks, learn, store_url,
+                               shard_groups(cfg, rollout_results)[0])
     return out
 
 

@@ -128,8 +128,8 @@ def budget_for(task: str, size: str, quick: bool, to_target: bool, extra: List[s
 
 def study_label(task: str, size: str, budget: int, extra: List[str]) -> str:
     """Name of one study setting (task, size, budget, overrides): the kept records' folder."""
-    rest = [x for x in extra if not x.startswith("total_env_steps=")]
-    slug = "".join(c if c.isalnum() or c in "._=" else "-" for c in "--".join(rest))
+    from benchmarks.suite_runs import _slug    # the learning suite's run-directory names, the same way
+    slug = _slug("--".join(x for x in extra if not x.startswith("total_env_steps=")))
     return f"{task}-{size}-{budget}" + (f"--{slug}" if slug else "")
 
 

@@ -126,9 +126,7 @@ def save_report_record(run_dir: str, dest: str, extra: Optional[Dict[str, Any]] 
     """
     from core.metrics import read_metrics
     for name in ("config.json", "summary.json"):
-        if not os.path.isfile(os.path.join(run_dir, name)):
-            raise ReportError(f"{run_dir!r} is not a finished run directory (no {name}); "
-                              f"pass directories written by python -m pipelines.train")
+        _read_json(run_dir, name)      # ReportError (one line) unless the run finished
     records = read_metrics(run_dir)
     workers = [r for r in records if r["kind"] == "workers"]
     kept = [r for r in records if r["kind"] == "eval"] + workers[-1:]
