@@ -32,14 +32,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from core.report_actorq import _spread, paired_ratios   # median/min/max without Nones; per-seed-pair ratios
+
 
 class SweepError(ValueError):
     """Bad sweep input (one-line message)."""
-
-
-def _spread(values: Sequence[float]) -> Optional[Dict[str, float]]:
-    from core.report_actorq import _spread as spread
-    return spread(list(values))
 
 
 def _cell(v: Optional[Dict[str, float]], fmt: str = ",.0f") -> str:
@@ -116,16 +113,15 @@ def sweep_rows(points: Dict[float, Dict[str, list]], costs: Optional[Dict[str, A
             # the plan's learner steps by an env step are floor(ratio x rows): exact at a block's end
             "learner_steps_to_target": _spread([int(ratio * s) for s in steps]),
             "time_to_target_s": _spread([r.summary["time_to_target_s"] for r in reached]),
-            "learner_share": _spread([v for v in (share(r, "learner") for r in fp32) if v is not None]),
-            "actors_share": _spread([v for v in (share(r, "actors") for r in fp32) if v is not None]),
-            "actor_workers_busy": _spread([v for v in (_workers_busy(r) for r in fp32) if v is not None]),
-            "measured_precision": precision, "measured_time_ratio": None, "predicted_speedup": None,
+            "learner_share": _spread([share(r, "learner") for r in fp32]),
+            "actors_share": _spread([share(r, "actors") for r in fp32]),
+            "actor_workers_busy": _spread([_workers_busy(r) for r in fp32]),
+            "measured_precision": precision, "predicted_speedup": None,
+            # fp32 / precision time to target per seed pair, as the study's report pairs them
+            "measured_time_ratio": next((p["time_to_target"] for p in
+                                         paired_ratios(fp32 + points[ratio].get(precision, []))
+                                         if p["precision"] == precision), None),
         }
-        other = {r.config["seed"]: r for r in points[ratio].get(precision, [])}
-        pairs = [(b, other[b.config["seed"]]) for b in fp32 if b.config["seed"] in other]
-        ratios = [b.summary["time_to_target_s"] / x.summary["time_to_target_s"] for b, x in pairs
-                  if b.summary.get("time_to_target_s") and x.summary.get("time_to_target_s")]
-        row["measured_time_ratio"] = _spread(ratios)
         if costs is not None and steps:
             row["predicted_speedup"] = _predicted_speedup(costs, fp32[0].config, precision, cores,
                                                           int(np.median(steps)))
