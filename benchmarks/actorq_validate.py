@@ -18,6 +18,12 @@ Usage::
 
     python -m benchmarks.actorq_validate --out benchmarks/results/actorq-validation.json
     python -m benchmarks.actorq_validate --only 0 3 --out /tmp/v.json        # a subset of SETTINGS
+    python -m benchmarks.actorq_validate --scale 4 --out /tmp/v4.json        # every run 4x longer
+
+``--scale K`` multiplies every setting's ``total_env_steps`` by K: the same
+regimes with K times the blocks, so start-up (first traces, each worker's
+first shard write) weighs less against the steady state a long training run
+spends its time in.
 """
 from __future__ import annotations
 
@@ -52,6 +58,12 @@ SETTINGS: List[tuple] = [
      ["learner.replay_ratio=0.002", "agent.batch_size=32", "env.num_envs=2", "total_env_steps=16384"]),
 ]
 COMMON = ["eval.every_env_steps=10000000", "carbon.backend=process-time"]
+
+
+def scaled(overrides: Sequence[str], k: int) -> List[str]:
+    """``overrides`` with ``total_env_steps=N`` replaced by ``N * k``."""
+    key = "total_env_steps="
+    return [f"{key}{int(o[len(key):]) * k}" if o.startswith(key) else o for o in overrides]
 
 
 def _sets(items: Sequence[str]) -> List[str]:
@@ -174,10 +186,14 @@ def table(rows: List[Dict[str, Any]]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", nargs="+", type=int, help="indices into SETTINGS")
-    ap.add_argument("--cores", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per step")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", nargs="+", type=int, metavar="I",
+                    help=f"run only these settings, by index 0..{len(SETTINGS) - 1} (learner-bound first)")
+    ap.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                    help="cores the model assumes (default: this machine's)")
+    ap.add_argument("--scale", type=int, default=1, metavar="K",
+                    help="multiply every setting's total_env_steps by K (default 1)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per costs call and per run")
+    ap.add_argument("--out", required=True, help="the validation JSON to write (or, with --table, to read)")
     ap.add_argument("--table", action="store_true", help="print the table of an existing --out JSON, run nothing")
     args = ap.parse_args(argv)
     if args.table:
@@ -188,7 +204,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if bad:
         print(f"error: --only {bad[0]} is out of range; valid: 0..{len(SETTINGS) - 1}", file=sys.stderr)
         return 2
-    chosen = [SETTINGS[i] for i in args.only] if args.only else SETTINGS
+    if args.scale < 1:
+        print(f"error: --scale {args.scale} must be a positive integer", file=sys.stderr)
+        return 2
+    chosen = [(name, config, precision, scaled(overrides, args.scale))
+              for name, config, precision, overrides in
+              ([SETTINGS[i] for i in args.only] if args.only else SETTINGS)]
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = []
     for name, config, precision, overrides in chosen:

@@ -305,6 +305,11 @@ def test_validation_feeds_the_model_the_runs_own_stage_costs(capsys):
     assert av.structure_check(row) == pytest.approx(300 / (9.75 - 1.5))
     assert av.main(["--only", "99", "--out", "x.json"]) == 2
     assert capsys.readouterr().err.startswith("error: --only 99 is out of range; valid: 0..")
+    # --scale lengthens every run by K and leaves the regime's other overrides alone.
+    assert av.scaled(["learner.replay_ratio=0.002", "total_env_steps=16384", "env.num_envs=1"], 4) == \
+        ["learner.replay_ratio=0.002", "total_env_steps=65536", "env.num_envs=1"]
+    assert av.main(["--scale", "0", "--out", "x.json"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --scale 0 must be a positive integer"
 
 
 def test_simulate_takes_the_runs_own_contention():
