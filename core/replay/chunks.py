@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Dict, Iterable, Iterator, Optional, Set
 
 import numpy as np
@@ -33,7 +34,20 @@ def _relative(path: str, root: str) -> Optional[str]:
 
 
 def stored_keys(fs: Any, root: str) -> Set[str]:
-    """Every file under ``root`` as a path relative to it (``"observation/c/0/0"``)."""
+    """Every file under ``root`` as a path relative to it (``"observation/c/0/0"``).
+
+    On local disk ``os.walk`` lists it: fsspec's ``find`` stats every entry and
+    took ~7 ms for one replay shard's ~30 folders, on the learner's path at
+    every replay cache refresh; ``os.walk`` takes a fraction of that.
+    """
+    from fsspec.implementations.local import LocalFileSystem
+    if isinstance(fs, LocalFileSystem):
+        base = root.rstrip("/") or "/"
+        keys = set()
+        for folder, _, files in os.walk(base, followlinks=True):
+            rel = os.path.relpath(folder, base)
+            keys.update(f if rel == "." else f"{rel}/{f}".replace(os.sep, "/") for f in files)
+        return keys
     try:
         found = fs.find(root.rstrip("/"))
     except (FileNotFoundError, NotADirectoryError):
