@@ -294,13 +294,16 @@ def test_pomdp_cartpole_hides_velocities():
 
 # -- learning regression ---------------------------------------------------------------------------------
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_r2d2_learns_pomdp_cartpole_with_central_inference(tmp_path):
     """Learning regression (SEED mode): env-only actor processes, server-side LSTM state, int8 batched steps.
 
-    The shipped config with ``inference=central`` reaches the config's bar: the
-    first evaluation whose mean reaches 400 is confirmed on 100 fresh episodes
-    (430.5 at 75,776 env steps, seed 0). A feed-forward DQN peaks at 45 on these
+    The shipped config with ``inference=central`` reaches the config's bar within the config's own budget
+    (250k env steps; the run stops at the target): the first evaluation whose mean reaches 400 is
+    confirmed on 100 fresh episodes. Seed 0 got there at 75,776 env steps (430.5) on an AVX-512 host and
+    at 171,008 (427.8, 296 s) on an AVX2-only one, whose TensorFlow kernels round differently: the
+    trajectory is the host's, so the budget is the config's, not one host's stopping point (5 seeds:
+    5/5, median 135k env steps, benchmarks/RESULTS.md). A feed-forward DQN peaks at 45 on these
     observations. It is R2D2's learning test for local inference too: a central
     run is the local run bit for bit (test_r2d2_central_run_is_the_local_run), so
     a separate local run to a lower bar (it had one, to 300) repeats the same
@@ -308,10 +311,9 @@ def test_r2d2_learns_pomdp_cartpole_with_central_inference(tmp_path):
     """
     from core.config import load_config
     from pipelines.train import train
-    cfg = load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"),
-                      ["executor=local", "inference=central", "total_env_steps=90000"])
+    cfg = load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"), ["executor=local", "inference=central"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
-    assert cfg.eval.target_return == 400 and cfg.eval.confirm_episodes == 100
+    assert cfg.eval.target_return == 400 and cfg.eval.confirm_episodes == 100 and cfg.eval.stop_at_target
     assert summary["best_eval_return"] >= 400 and summary["env_steps_to_target"] is not None, \
         {k: summary.get(k) for k in ("best_eval_return", "env_steps", "env_steps_to_target")}
     s = summary["inference"]
