@@ -96,6 +96,7 @@ class ShardReader:
         self._group = None   # opened at the first read (verify() needs no zarr group)
         self._stored = None  # chunk keys under the shard, listed once at the first read
         self._docs = None    # its arrays' metadata documents, read once (verify, read_all)
+        self._verified = False  # verify() passed: every array's chunks are stored
 
     @property
     def group(self):
@@ -123,18 +124,23 @@ class ShardReader:
         shard and one batched read of its arrays' metadata documents (no zarr
         array is opened).
         """
-        stored = self._listing()
         arrays = self._documents()
         lost = [n for n in self.field_names if n not in arrays]
         if lost or not any(a.startswith(f"{EPISODES_GROUP}/") for a in arrays):
             raise ReplayError(f"shard {self.shard_id!r} lacks arrays {lost or [EPISODES_GROUP]} that it should"
                               " hold; the shard is damaged (quarantine it with store.quarantine)")
-        if self.attrs.get(EVERY_CHUNK_ATTR):
-            for name, meta in sorted(arrays.items()):
-                chunk = first_missing(grid_keys(meta), stored, name)
-                if chunk is not None:
-                    raise MissingChunkError(self.shard_id, name, chunk)
+        for name, meta in sorted(arrays.items()):
+            self._check_stored(name, meta)
+        self._verified = True
         return self
+
+    def _check_stored(self, name: str, meta: Dict[str, Any]) -> None:
+        """MissingChunkError if a chunk of array ``name`` (metadata document ``meta``) is not stored."""
+        if not self.attrs.get(EVERY_CHUNK_ATTR):
+            return  # written before every chunk was stored: a missing chunk may be a zero one
+        chunk = first_missing(grid_keys(meta), self._listing(), name)
+        if chunk is not None:
+            raise MissingChunkError(self.shard_id, name, chunk)
 
     def read(self, name: str, rows: slice = slice(None)) -> np.ndarray:
         """Decode ``name`` (a field, or ``episodes/<column>``) for ``rows``."""
@@ -189,10 +195,8 @@ class ShardReader:
             if name not in docs:
                 raise ReplayError(f"shard {self.shard_id!r} has no array {name!r};"
                                   f" valid: {', '.join(self.field_names)}")
-            if self.attrs.get(EVERY_CHUNK_ATTR):
-                chunk = first_missing(grid_keys(docs[name]), self._listing(), name)
-                if chunk is not None:
-                    raise MissingChunkError(self.shard_id, name, chunk)
+            if not self._verified:       # verify() checked every array's chunks already
+                self._check_stored(name, docs[name])
         try:
             return self._read_tensorstore(names)
         except Exception:  # noqa: BLE001 - memory://, or a decode failure that read() names
