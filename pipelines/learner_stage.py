@@ -32,6 +32,7 @@ import json
 import os
 import socket
 import time
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -49,16 +50,34 @@ Record = Tuple[str, int, Dict[str, Any]]     # (metrics kind, step, fields): one
 KEEP_VERSIONS = 8
 
 
-def configure_threads(cfg) -> None:
-    """Pin TensorFlow's thread pools before TF creates them (see core.config)."""
+def configure_threads(cfg) -> Dict[str, Any]:
+    """Pin TensorFlow's thread pools before TF creates them (see core.config); return the pools in effect.
+
+    TF fixes its pools at its first op in a process and cannot change them later. A run in a process
+    where TF already ran with other pools (a notebook that built a model first, a test after another)
+    keeps those, and its parameters then differ in the last bits from the same config's run in a fresh
+    process (a matmul splits its reduction per thread): it warns, and the ``placement`` record says which
+    pools ran (``learner.tf_threads``). ``{"intra_op", "inter_op"}`` (0: TF's default) and ``as_configured``.
+    """
     import tensorflow as tf
-    try:
-        if cfg.threads.tf_intra_op:
-            tf.config.threading.set_intra_op_parallelism_threads(cfg.threads.tf_intra_op)
-        if cfg.threads.tf_inter_op:
-            tf.config.threading.set_inter_op_parallelism_threads(cfg.threads.tf_inter_op)
-    except RuntimeError:
-        pass  # already initialized in this process (e.g. a second run in tests)
+    threading = tf.config.threading
+    wanted = {"intra_op": cfg.threads.tf_intra_op, "inter_op": cfg.threads.tf_inter_op}
+    pools = {"intra_op": (threading.set_intra_op_parallelism_threads, threading.get_intra_op_parallelism_threads),
+             "inter_op": (threading.set_inter_op_parallelism_threads, threading.get_inter_op_parallelism_threads)}
+    for name, n in wanted.items():
+        if n:
+            try:
+                pools[name][0](n)
+            except RuntimeError:
+                pass       # TF already runs with other pools in this process: reported below
+    got = {name: int(pools[name][1]()) for name in wanted}
+    unmet = [f"threads.tf_{name}={n} (TF has {got[name] or 'its default'})"
+             for name, n in wanted.items() if n and got[name] != n]
+    if unmet:
+        warnings.warn(f"TensorFlow already ran in this process, so {', '.join(unmet)} cannot apply: this run's "
+                      "parameters can differ in the last bits from the same config's in a fresh process "
+                      "(python -m pipelines.train)", RuntimeWarning, stacklevel=2)
+    return {**got, "as_configured": not unmet}
 
 
 def learner_parts(cfg, run_dir: str, create_store: bool = False,
@@ -70,14 +89,15 @@ def learner_parts(cfg, run_dir: str, create_store: bool = False,
     wherever the stage runs), then returns ``spec``, ``store`` (the run's ``replay``, opened, or
     created with ``create_store``; or the given ``store``: an offline run's fixed dataset), ``ckpt``
     (``checkpoint_engine``: extra Checkpointer options), ``best_ckpt``, ``builder``, ``learner``,
-    ``cache`` (``cache_rows`` rows, default ``replay.capacity``), ``sampler`` and the actors' ``quantizer``.
+    ``cache`` (``cache_rows`` rows, default ``replay.capacity``), ``sampler``, the actors' ``quantizer``
+    and ``tf_threads`` (the pools in effect, :func:`configure_threads`).
     """
     from core.agents.registry import get_builder
     from core.checkpoint import Checkpointer
     from core.envs import env_spec
     from core.quantize import PolicyQuantizer
     from core.replay import ReplayCache, ReplayStore
-    configure_threads(cfg)
+    tf_threads = configure_threads(cfg)
     import tensorflow as tf
     tf.config.experimental.enable_op_determinism()
     spec = env_spec(cfg.env.id)
@@ -88,7 +108,7 @@ def learner_parts(cfg, run_dir: str, create_store: bool = False,
     builder = get_builder(cfg.agent.algo)
     learner = builder.make_learner(spec, cfg.agent, cfg.seed)
     cache = ReplayCache(store, max_transitions=cache_rows or cfg.replay.capacity)
-    return {"spec": spec, "store": store,
+    return {"spec": spec, "store": store, "tf_threads": tf_threads,
             "ckpt": Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
                                  keep_every=cfg.checkpoint.keep_every, **(checkpoint_engine or {})),
             "best_ckpt": Checkpointer(urls.join(run_dir, "best"), keep_last=1),
@@ -130,13 +150,14 @@ class LearnerStage:
 
     # -- where and what ------------------------------------------------------------------
     def where(self) -> Dict[str, Any]:
-        """``{"address", "host", "pid"}`` of the process that holds the stage (the Dask worker, if any)."""
+        """``{"address", "host", "pid"}`` of the process that holds the stage (the Dask worker, if any), and
+        the TF thread pools its learner runs with (``tf_threads``, :func:`configure_threads`)."""
         try:
             from distributed import get_worker
             address = get_worker().address
         except (ImportError, ValueError):      # not on a worker: the driver process
             address = None
-        return {"address": address, "host": socket.gethostname(), "pid": os.getpid()}
+        return {"address": address, "host": socket.gethostname(), "pid": os.getpid(), "tf_threads": self.tf_threads}
 
     @property
     def steps(self) -> int:

@@ -10,6 +10,13 @@ so any skip not listed in :data:`DOCUMENTED_SKIPS` turns the run red::
     CI=true pytest      # 1 if anything undocumented skipped, with the list
 
 The README's "Tests" section lists the same documented skips.
+
+Each test process also pins TensorFlow's thread pools to the configs' own
+(``threads.tf_intra_op``/``tf_inter_op``: 1) before any test runs TF. TF fixes
+them at its first op in a process, and a worker runs many training runs in
+process after tests that built models: without the pin, a run's parameters
+depended in the last bits on which test that worker ran first, and a run
+compared with one in a fresh process (a killed-and-resumed run) differed.
 """
 from __future__ import annotations
 
@@ -30,6 +37,17 @@ def _in_ci() -> bool:
 
 def _documented(nodeid: str) -> bool:
     return any(nodeid == k or nodeid.startswith(k + "::") for k in DOCUMENTED_SKIPS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        import tensorflow as tf
+    except ImportError:       # a partial install: the tests that need TF skip
+        return
+    from core.config import load_config
+    threads = load_config().threads      # the default config's pools, as a fresh ``pipelines.train`` has
+    tf.config.threading.set_intra_op_parallelism_threads(threads.tf_intra_op)
+    tf.config.threading.set_inter_op_parallelism_threads(threads.tf_inter_op)
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
