@@ -24,7 +24,7 @@ Example::
 """
 from __future__ import annotations
 
-from core.report_actorq import (curves, markdown_table, plot_bars, plot_returns, summarize,
+from core.report_actorq import (curves, markdown_table, plot_bars, plot_returns, ratio_bars, summarize,
                                 write_report)
 from core.report_format import band_on_grid
 from core.report_runs import (VARYING_KEYS, ReportError, Run, check_comparable, group_by_task, load_run,
@@ -34,7 +34,7 @@ from core.report_suite import (first_hit, median_to_target, plot_suite_curves, s
 
 __all__ = [
     "VARYING_KEYS", "ReportError", "Run", "band_on_grid", "check_comparable", "curves", "first_hit",
-    "group_by_task", "load_run", "load_runs", "markdown_table", "median_to_target", "plot_bars",
+    "group_by_task", "load_run", "load_runs", "markdown_table", "median_to_target", "plot_bars", "ratio_bars",
     "plot_returns", "plot_suite_curves", "save_report_record", "suite_markdown_table", "suite_record",
     "suite_rows", "summarize",
     "training_curve", "write_report", "write_suite_report",

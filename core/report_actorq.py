@@ -199,20 +199,32 @@ def plot_returns(task: str, runs: Sequence[Run], path: str) -> None:
     plt.close(fig)
 
 
-def plot_bars(rows: Sequence[Dict[str, Any]], key: str, title: str, path: str) -> None:
+def ratio_bars(paired: Sequence[Dict[str, Any]], key: str) -> List[Dict[str, Any]]:
+    """The bars of a ratio plot from :func:`paired_ratios` rows: per task x precision, ``label``, the
+    ``median`` of the per-seed ratios (0 where no seed pair has one: not reached / not measured), the
+    whiskers ``lo``/``hi`` (min, max) and ``n`` seed pairs, the same numbers as the report's spread table."""
+    bars = []
+    for r in paired:
+        v = r[key] or {"median": 0.0, "min": 0.0, "max": 0.0, "n": 0}
+        bars.append({"label": f"{r['task']}\n{r['precision']} (n={v['n']})", "median": v["median"],
+                     "lo": v["min"], "hi": v["max"], "n": v["n"]})
+    return bars
+
+
+def plot_bars(bars: Sequence[Dict[str, Any]], title: str, path: str) -> None:
+    """Bars of :func:`ratio_bars` with min-max whiskers, the 1.0 line and the 1.5x goal."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [r for r in rows if r["precision"] != "fp32"]
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(rows) + 2), 4))
-    labels = [f"{r['task']}\n{r['precision']}" for r in rows]
-    values = [r[key] or 0.0 for r in rows]
-    ax.bar(range(len(rows)), values, color=["C1" if v >= 1.5 else "C0" for v in values])
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(bars) + 2), 4))
+    medians = [b["median"] for b in bars]
+    ax.bar(range(len(bars)), medians, color=["C1" if v >= 1.5 else "C0" for v in medians],
+           yerr=[[b["median"] - b["lo"] for b in bars], [b["hi"] - b["median"] for b in bars]], capsize=4)
     ax.axhline(1.0, color="black", lw=1)
     ax.axhline(1.5, color="gray", ls="--", lw=1, label="1.5x goal")
-    ax.set_xticks(range(len(rows)), labels, fontsize=7, rotation=15)
-    ax.set_ylabel(f"{title} (fp32 / precision)")
-    ax.set_title(title + "; 0 = not reached / not measured")
+    ax.set_xticks(range(len(bars)), [b["label"] for b in bars], fontsize=7, rotation=15)
+    ax.set_ylabel("fp32 / precision, same seed")
+    ax.set_title(f"{title}: median over seed pairs, whiskers min-max\n0 = not reached / not measured", fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -228,12 +240,13 @@ def write_report(runs: Sequence[Run], out_dir: str) -> Dict[str, Any]:
         path = os.path.join(out_dir, f"returns-{_slug(task)}.png")
         plot_returns(task, group, path)
         files.append(path)
-    for key, title, name in (("speedup", "time-to-target speedup", "speedup.png"),
-                             ("carbon_ratio", "carbon ratio", "carbon.png")):
-        plot_bars(rows, key, title, os.path.join(out_dir, name))
+    paired = paired_ratios(runs)
+    for key, title, name in (("time_to_target", "time-to-target speedup", "speedup.png"),
+                             ("carbon", "carbon ratio", "carbon.png")):
+        plot_bars(ratio_bars(paired, key), title, os.path.join(out_dir, name))
         files.append(os.path.join(out_dir, name))
     table = markdown_table(rows) + "\n\nPer seed against fp32 of the same seed, median [min, max]:\n\n" + \
-        spread_table(paired_ratios(runs))
+        spread_table(paired)
     sources = sorted({r.summary.get("energy_source", "not measured") or "not measured" for r in runs})
     md = ["# ActorQ report", "", table, "", "Energy sources:", ""] + [f"- {s}" for s in sources] + \
          ["", "Runs:", ""] + [f"- {r.run_dir} ({r.task}, {r.precision}, seed {r.config['seed']})" for r in runs] + \

@@ -53,6 +53,27 @@ def test_table_values_exact(tmp_path):
     assert "2.50x" in table and "-2.0%" in table and "3.00x" in table
 
 
+
+def test_ratio_plots_show_the_per_seed_median_and_its_spread(tmp_path):
+    """speedup.png / carbon.png plot what the spread table says (each seed against fp32 of the same seed),
+    not the table's ratio of means (50 / 30 = 1.67x here, where the seeds say 3x and 1x)."""
+    dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
+            _make_run(tmp_path, "b", "fp32", 1, 40.0, 480.0, 0.002, 0.001),
+            _make_run(tmp_path, "c", "int8-dynamic", 0, 20.0, 490.0, 0.001, 0.0005),
+            _make_run(tmp_path, "d", "int8-dynamic", 1, 40.0, 470.0, 0.001, 0.001),
+            _make_run(tmp_path, "e", "int8-full", 0, None, 470.0, 0.001, None)]
+    runs = report_lib.load_runs(dirs)
+    from core.report_actorq import paired_ratios
+    paired = paired_ratios(runs)
+    speed, carbon = report_lib.ratio_bars(paired, "time_to_target"), report_lib.ratio_bars(paired, "carbon")
+    assert speed == [{"label": "CartPole-v1 dqn\nint8-dynamic (n=2)", "median": 2.0, "lo": 1.0, "hi": 3.0, "n": 2},
+                     {"label": "CartPole-v1 dqn\nint8-full (n=0)", "median": 0.0, "lo": 0.0, "hi": 0.0, "n": 0}]
+    assert [(b["median"], b["lo"], b["hi"]) for b in carbon] == [(2.5, 1.0, 4.0), (0.0, 0.0, 0.0)]
+    assert report_lib.summarize(runs)[1]["speedup"] == pytest.approx(50.0 / 30.0)     # the table's ratio of means
+    report_lib.plot_bars(speed, "time-to-target speedup", str(tmp_path / "speedup.png"))
+    with open(tmp_path / "speedup.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
 def test_curves_mean_and_band_across_seeds(tmp_path):
     dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
             _make_run(tmp_path, "b", "fp32", 2, 40.0, 480.0, 0.002, 0.001)]
