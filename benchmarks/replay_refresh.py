@@ -77,12 +77,13 @@ def fill(cfg, blocks: int, url: str, report_every: int = 16) -> List[Dict[str, f
         resume_lib.refresh_cache(cache, store, b)
         t3 = time.perf_counter()
         rows.append({"block": b, "write_s": t1 - t0, "commit_s": t2 - t1, "refresh_s": t3 - t2,
-                     "cache_rows": cache.size, "heads": len(cache._heads), "tails": len(cache._tails)})
+                     "cache_rows": cache.size, **cache.pending_links})
         if (b + 1) % report_every == 0 or b + 1 == blocks:
             seg = rows[-report_every:]
             med = lambda k: 1e3 * statistics.median(r[k] for r in seg)  # noqa: E731
-            print(f"blocks {seg[0]['block']:4d}-{b:4d}  cache rows {cache.size:6d}  heads {len(cache._heads):5d}  "
-                  f"tails {len(cache._tails):5d}  write {med('write_s'):6.1f} ms  commit {med('commit_s'):5.1f} ms  "
+            links = cache.pending_links
+            print(f"blocks {seg[0]['block']:4d}-{b:4d}  cache rows {cache.size:6d}  heads {links['heads']:5d}  "
+                  f"tails {links['tails']:5d}  write {med('write_s'):6.1f} ms  commit {med('commit_s'):5.1f} ms  "
                   f"refresh {med('refresh_s'):5.1f} ms", flush=True)
     return rows
 

@@ -82,6 +82,12 @@ class ReplayCache:
         return int(np.count_nonzero(self.alive)) if self.capacity else 0
 
     @property
+    def pending_links(self) -> Dict[str, int]:
+        """Cross-shard link bookkeeping held until the other side arrives: ``heads`` (segment heads
+        waiting for a tail) and ``tails`` (non-last segment tails waiting for a head). Bounded by eviction."""
+        return {"heads": len(self._heads), "tails": len(self._tails)}
+
+    @property
     def field_names(self) -> List[str]:
         return list(self.data)
 

@@ -69,6 +69,8 @@ def test_links_match_the_definition_through_eviction_reordering_and_quarantine(t
         got = np.where(cache.alive & ~cache.last, cache.next, -1)
         np.testing.assert_array_equal(got, want, err_msg=f"after committing {sid} (step {k})")
         linked_across += int(np.sum((want >= 0) & (want != (np.arange(cache.capacity) + 1) % cache.capacity)))
+        pending = cache.pending_links               # pruned with eviction: only live rows wait for a link
+        assert pending["heads"] <= cache.size and pending["tails"] <= cache.size, (sid, pending, cache.size)
     assert linked_across > 0                 # the case under test happened
 
 
