@@ -11,6 +11,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROBE = """
@@ -48,7 +52,6 @@ def test_a_process_where_tf_already_ran_warns_and_reports_the_pools_it_has():
 
 def test_the_suite_pins_the_default_configs_pools():
     """What makes a run in a test process comparable with one in a fresh process (tests/conftest.py)."""
-    import tensorflow as tf
     from core.config import load_config
     threads = load_config().threads
     assert tf.config.threading.get_intra_op_parallelism_threads() == threads.tf_intra_op == 1
