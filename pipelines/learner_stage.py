@@ -62,15 +62,13 @@ def configure_threads(cfg) -> Dict[str, Any]:
     import tensorflow as tf
     threading = tf.config.threading
     wanted = {"intra_op": cfg.threads.tf_intra_op, "inter_op": cfg.threads.tf_inter_op}
-    pools = {"intra_op": (threading.set_intra_op_parallelism_threads, threading.get_intra_op_parallelism_threads),
-             "inter_op": (threading.set_inter_op_parallelism_threads, threading.get_inter_op_parallelism_threads)}
     for name, n in wanted.items():
         if n:
             try:
-                pools[name][0](n)
+                getattr(threading, f"set_{name}_parallelism_threads")(n)
             except RuntimeError:
                 pass       # TF already runs with other pools in this process: reported below
-    got = {name: int(pools[name][1]()) for name in wanted}
+    got = {name: int(getattr(threading, f"get_{name}_parallelism_threads")()) for name in wanted}
     unmet = [f"threads.tf_{name}={n} (TF has {got[name] or 'its default'})"
              for name, n in wanted.items() if n and got[name] != n]
     if unmet:

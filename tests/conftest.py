@@ -20,6 +20,7 @@ compared with one in a fresh process (a killed-and-resumed run) differed.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Dict, List
 
@@ -40,14 +41,13 @@ def _documented(nodeid: str) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    try:
-        import tensorflow as tf
-    except ImportError:       # a partial install: the tests that need TF skip
-        return
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return                # the xdist controller runs no test
+    if importlib.util.find_spec("tensorflow") is None:
+        return                # a partial install: the tests that need TF skip
     from core.config import load_config
-    threads = load_config().threads      # the default config's pools, as a fresh ``pipelines.train`` has
-    tf.config.threading.set_intra_op_parallelism_threads(threads.tf_intra_op)
-    tf.config.threading.set_inter_op_parallelism_threads(threads.tf_inter_op)
+    from pipelines.learner_stage import configure_threads
+    configure_threads(load_config())     # the default config's pools, as a fresh ``pipelines.train`` has
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:

@@ -53,7 +53,6 @@ def test_table_values_exact(tmp_path):
     assert "2.50x" in table and "-2.0%" in table and "3.00x" in table
 
 
-
 def test_ratio_plots_show_the_per_seed_median_and_its_spread(tmp_path):
     """speedup.png / carbon.png plot what the spread table says (each seed against fp32 of the same seed),
     not the table's ratio of means (50 / 30 = 1.67x here, where the seeds say 3x and 1x)."""
@@ -73,6 +72,7 @@ def test_ratio_plots_show_the_per_seed_median_and_its_spread(tmp_path):
     report_lib.plot_bars(speed, "time-to-target speedup", str(tmp_path / "speedup.png"))
     with open(tmp_path / "speedup.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
 
 def test_curves_mean_and_band_across_seeds(tmp_path):
     dirs = [_make_run(tmp_path, "a", "fp32", 0, 60.0, 500.0, 0.004, 0.002),
