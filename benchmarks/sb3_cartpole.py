@@ -6,7 +6,7 @@ imports included), ``env_steps_to_target``, ``final_return``, ``env_steps``,
 ``curve`` (``[env steps, seconds from process start, mean return]`` per
 evaluation). Needs ``pip install -e ".[bench]"`` (stable-baselines3, torch).
 
-Evaluation rule, the same as DataBloom's (``core.evaluation``): every
+Evaluation rule, the same as DataBloom's (``core.policy_evaluation``): every
 ``--eval-every`` env steps, 20 greedy episodes; when their mean reaches 475,
 ``--confirm-episodes`` more episodes on the same eval env (fresh episodes)
 must agree before it counts as the first hit. Training stops at the first

@@ -116,7 +116,7 @@ def check_args(args: argparse.Namespace) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     check_args(args)
-    from core.evaluation import evaluate_payload
+    from core.policy_evaluation import evaluate_payload
     cfg, builder, payload, label = policy_payload(args.run_dir, args.checkpoint, args.precision, args.seed + 1)
     precision = payload.precision
     returns = evaluate_payload(payload, cfg.env.id, args.episodes, seed=args.seed,

@@ -76,7 +76,7 @@ def _open_dataset(cfg, run_dir: str, store_url: Optional[str], resume: bool):
 
 def _evaluate(cfg, stage: OfflineStage, loop: LoopState, log, progress: bool) -> None:
     """Play the block's new version (the online seeds); log it and keep it if it is the best."""
-    from core.evaluation import run_evaluation_task
+    from core.policy_evaluation import run_evaluation_task
     from pipelines.evaluations import decide_evaluation, evaluation_args
     v = loop.policy_version
     r = run_evaluation_task(stage.payload(v), *evaluation_args(cfg, v, stage.builder.action_selector))
@@ -108,7 +108,7 @@ def _bc_baseline(cfg, stage: OfflineStage) -> Dict[str, Any]:
     """Behaviour cloning on the same data, blocks and RNG streams; its final fp32 return."""
     from core.agents.bc.config import BCConfig
     from core.agents.registry import get_builder
-    from core.evaluation import run_evaluation_task
+    from core.policy_evaluation import run_evaluation_task
     from core.quantize import PolicyQuantizer
     bc_cfg, builder = BCConfig(), get_builder("bc")
     learner, sampler = builder.make_learner(stage.spec, bc_cfg, cfg.seed), builder.make_sampler(stage.cache, bc_cfg)

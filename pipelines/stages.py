@@ -5,7 +5,7 @@
     write     : several rollout results -> one replay shard      (write_shard_stage)
     commit    : shard ids -> one atomic commit-log entry         (commit_stage)
     learn     : committed replay -> K gradient steps             (learn_stage)
-    evaluate  : payload -> returns of N episodes                 (core.evaluation)
+    evaluate  : payload -> returns of N episodes                 (core.policy_evaluation)
     checkpoint: learner state -> async zarr checkpoint           (core.checkpoint)
 
 Functions that run on workers take only picklable, small arguments (URLs,
@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from core.evaluation import run_evaluation_task
+from core.policy_evaluation import run_evaluation_task
 from core.rollout import run_rollout_task
 
 __all__ = ["run_rollout_task", "run_evaluation_task", "write_shard_stage", "commit_stage", "gc_stage",

@@ -52,7 +52,7 @@ def record_target(cfg, loop, result: Dict[str, Any]) -> bool:
     """Note time and env steps to target the first time an evaluation is solved; True = stop now.
 
     Solved: the score reaches ``eval.target_return`` and, when confirmation is
-    on, a confirmation ran (see ``core.evaluation.run_evaluation_task``).
+    on, a confirmation ran (see ``core.policy_evaluation.run_evaluation_task``).
     """
     solved = evaluation_score(result) >= cfg.eval.target_return and (
         result["confirmed_mean"] is not None or cfg.eval.confirm_episodes == 0)
@@ -77,7 +77,7 @@ def final_evaluation(cfg, learner, builder, run_dir: str, policy_version: int,
 
     Returns ``{precision: {"mean", "std", "payload_bytes"}}``.
     """
-    from core.evaluation import evaluate_payload
+    from core.policy_evaluation import evaluate_payload
     from core.quantize import PolicyQuantizer
     final: Dict[str, Dict[str, Any]] = {}
     precisions = ["fp32"] + ([cfg.actors.precision] if cfg.actors.precision != "fp32" else [])

@@ -2,7 +2,7 @@
 
 Replay stores single frames only; whoever feeds a network stacks them. The
 central server (:mod:`core.inference.server`, per stream), local actors
-(:mod:`core.rollout`) and evaluation (:mod:`core.evaluation`) stack with this
+(:mod:`core.rollout`) and evaluation (:mod:`core.policy_evaluation`) stack with this
 one class, and the learner stacks sampled frames again in the same order
 (:mod:`core.agents.vtrace.learning`), so every side sees the same input.
 numpy only: importing it pulls in no gRPC.

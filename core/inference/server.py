@@ -105,7 +105,7 @@ from core.exploration import SELECTORS, make_carry
 from core.inference import endpoint as endpoint_lib
 from core.inference import protocol
 from core.inference.batching import DynamicBatcher
-from core.inference.frames import FrameStacker    # re-exported: core.rollout, core.evaluation import it from here
+from core.inference.frames import FrameStacker    # re-exported: core.rollout, core.policy_evaluation import it from here
 from core.inference.messages import MessageChecks
 from core.inference.runners import InferenceRunner, LiteRTRunner
 from core.inference.tasks import TaskSchedule
