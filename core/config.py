@@ -57,7 +57,7 @@ class ActorsConfig:
     broadcast_period: int = 250        # learner steps between policy versions
     calibration_size: int = 512        # replay observations used to calibrate int8-full
     policy_lag: int = 1                # learner blocks between a version and the rollouts that use it
-                                       # (pipelines/plan.py); 0 = actors wait for every learner block
+                                       # (pipelines/run/plan.py); 0 = actors wait for every learner block
     stall_timeout_s: float = 0.0       # no progress this long: one-line error (0 = max(120 s, 10x slowest task))
 
 
@@ -82,7 +82,7 @@ class ReplayConfig:
 class LearnerConfig:
     replay_ratio: float = 0.5          # learner steps per env step (SB3 zoo: 128 per 256)
     steps_per_call: int = 16           # learner steps between scheduling decisions
-    # Dask resources of the worker that hosts the learner (pipelines/learner_stage.py), e.g.
+    # Dask resources of the worker that hosts the learner (pipelines/run/learner_stage.py), e.g.
     # {"GPU": 1} with `dask worker --resources "GPU=1"`; {} = in the driver process.
     resources: Dict[str, float] = dataclasses.field(default_factory=dict)
 

@@ -27,7 +27,7 @@ from core.report_runs import load_run
 
 
 def first_hit(evals: Sequence[Dict[str, Any]], target: float, confirm_episodes: int) -> Optional[Dict[str, Any]]:
-    """The first evaluation that counts as solved (the rule of ``pipelines.summary.record_target``).
+    """The first evaluation that counts as solved (the rule of ``pipelines.run.summary.record_target``).
 
     Solved: the confirmed mean (or, with ``confirm_episodes == 0``, the mean)
     is at or above ``target``. Returns that ``eval`` record, or None.
@@ -42,7 +42,7 @@ def first_hit(evals: Sequence[Dict[str, Any]], target: float, confirm_episodes: 
 def training_curve(commits: Sequence[Dict[str, Any]], window: int) -> List[Dict[str, Any]]:
     """Training-episode returns per ``window`` committed env steps, from ``commit`` records.
 
-    Each ``commit`` record (``pipelines.block_tasks``) carries the env steps
+    Each ``commit`` record (``pipelines.run.block_tasks``) carries the env steps
     committed so far (``step``), the episodes that ended in its block and
     their ``return_sum``. Blocks are pooled into windows by the env steps they
     end at, ``(k - 1) * window < step <= k * window``; a window's return is its

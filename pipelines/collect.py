@@ -65,7 +65,7 @@ def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynami
     from core.dataset.errors import DatasetError
     from core.replay import ReplayStore
     from core.rollout import ActorSpec
-    from pipelines import stages
+    from pipelines.run import stages
     from pipelines.executors import make_executor
     check_options(episodes, epsilon, num_actors, num_envs, steps_per_task, seed)
     out = urls.normalize(out)

@@ -166,16 +166,16 @@ def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
 
 def _train_locked(cfg, run_dir: str, progress: bool, resume: bool, pipeline_args: Optional[List[str]],
                   offline_dataset: Optional[str]) -> dict:
-    from pipelines.offline import recorded_dataset, train_offline
+    from pipelines.run.offline import recorded_dataset, train_offline
     if offline_dataset or (resume and recorded_dataset(run_dir)):    # an offline run resumes on its own dataset
         return train_offline(cfg, run_dir, offline_dataset, progress=progress, resume=resume)
-    if cfg.inference == "central":  # SEED mode: env-only actors + inference server (pipelines/central.py)
-        from pipelines.central import train_central
+    if cfg.inference == "central":  # SEED mode: env-only actors + inference server (pipelines/run/central.py)
+        from pipelines.run.central import train_central
         return train_central(cfg, run_dir, progress=progress, resume=resume)
     if cfg.executor == "beam":
-        from pipelines.rounds import train_in_rounds
+        from pipelines.beam.rounds import train_in_rounds
         return train_in_rounds(cfg, run_dir, pipeline_args or [], progress=progress, resume=resume)
-    from pipelines.driver import Trainer
+    from pipelines.run.driver import Trainer
     from pipelines.executors import run_with_executor
     return run_with_executor(Trainer, cfg, run_dir, progress, resume)
 

@@ -46,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if importlib.util.find_spec("tensorflow") is None:
         return                # a partial install: the tests that need TF skip
     from core.config import load_config
-    from pipelines.learner_stage import configure_threads
+    from pipelines.run.learner_stage import configure_threads
     configure_threads(load_config())     # the default config's pools, as a fresh ``pipelines.train`` has
 
 

@@ -97,7 +97,7 @@ def _records(**sched):
 
 
 def test_wall_split_partitions_wall_time_exactly():
-    from pipelines.summary import SPLIT_PARTS, wall_split
+    from pipelines.run.summary import SPLIT_PARTS, wall_split
     busy = {"submit": 2.0, "commit": 3.0, "log_commit": 1.0, "cache_refresh": 1.0, "learn": 60.0,
             "learn_stage": 50.0, "end_block": 9.0, "new_version": 4.0, "checkpoint": 1.0}
     split = wall_split(_records(busy_s=busy, idle_s={"shard": 16.0, "evaluation": 2.0, "other": 1.0}), 100.0)
@@ -115,7 +115,7 @@ def test_wall_split_partitions_wall_time_exactly():
 
 
 def test_wall_split_counts_the_learners_cache_refresh_as_storage():
-    from pipelines.summary import wall_split
+    from pipelines.run.summary import wall_split
     sched = dict(busy_s={"commit": 3.0, "learn": 60.0}, idle_s={"shard": 16.0},
                  stage_s={"learn_stage": 50.0, "refresh_cache": 5.0})
     before = wall_split(_records(busy_s=sched["busy_s"], idle_s=sched["idle_s"],
@@ -126,7 +126,7 @@ def test_wall_split_counts_the_learners_cache_refresh_as_storage():
 
 
 def test_wall_split_counts_only_the_last_segment_and_needs_a_schedule():
-    from pipelines.summary import wall_split
+    from pipelines.run.summary import wall_split
     assert wall_split([{"kind": "config"}, {"kind": "commit", "write_s": 1.0}], 10.0) is None
     old = _records(busy_s={"learn_stage": 99.0}, idle_s={})
     new = [{"kind": "config"}, {"kind": "commit", "write_s": 1.0},

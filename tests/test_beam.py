@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from core import config as config_lib  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from core.rollout import ActorSpec  # noqa: E402
-from pipelines import policy_files, rounds  # noqa: E402
+from pipelines.beam import policy_files, rounds  # noqa: E402
 from pipelines.executors import beam as beam_executor  # noqa: E402
 
 DATAFLOW_ARGS = ["--runner", "DataflowRunner", "--project", "my-project", "--region", "europe-west4",
@@ -49,8 +49,8 @@ def _tiny_config(**overrides):
 
 
 def _block_run(run_dir, **overrides):
-    """A :class:`pipelines.beam_blocks.BlockRun` of :func:`_tiny_config`."""
-    from pipelines.beam_blocks import BlockRun
+    """A :class:`pipelines.beam.blocks.BlockRun` of :func:`_tiny_config`."""
+    from pipelines.beam.blocks import BlockRun
     cfg = _tiny_config(**overrides)
     specs = tuple(ActorSpec("test-run", "CartPole-v1", 4, 0, a) for a in range(2))
     return BlockRun(cfg, run_dir, specs)
@@ -177,7 +177,7 @@ def test_round_graph_does_not_embed_the_policy_payload(tmp_path):
 
 
 def _block_graph(run, first, last):
-    from pipelines.beam_blocks import build_block_round
+    from pipelines.beam.blocks import build_block_round
     pipeline = beam.Pipeline(runner="DirectRunner", options=PipelineOptions([]))
     build_block_round(pipeline, run, 0, first, last)
     return pipeline.to_runner_api().SerializeToString()
@@ -200,7 +200,7 @@ def test_dataflow_job_request_stays_small_with_an_actorq_size_policy(tmp_path):
     with the payload: the policy is a file in the run directory, read by path."""
     pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
     from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
-    from pipelines.beam_blocks import build_block_round
+    from pipelines.beam.blocks import build_block_round
     args = DATAFLOW_ARGS + ["--dry_run=True", "--no_auth", "--sdk_location=container"]
     sizes = {}
     for name, nbytes in (("tiny", 100), ("actorq", ACTORQ_INT8_BYTES)):
@@ -251,7 +251,7 @@ def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_pat
     assert_complete_run_dir(run_dir, summary)
     learned = max(summary["best_eval_return"], summary["final_eval"]["fp32"]["mean"])
     assert learned >= THRESHOLD, summary
-    from pipelines.beam_blocks import read_record
+    from pipelines.beam.blocks import read_record
     blocks = budget // (2 * 8 * 128)
     workers = {read_record(run_dir, b, "learn")["worker"] for b in range(blocks)}
     assert all(not w.endswith(f" pid {result['pid']}") for w in workers), workers   # never the launcher
@@ -260,7 +260,7 @@ def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_pat
 
 
 def _run_blocks(run, first, last, round_index=0):
-    from pipelines.beam_blocks import build_block_round
+    from pipelines.beam.blocks import build_block_round
     opts = PipelineOptions(["--direct_running_mode", "in_memory", "--direct_num_workers", "1"])
     beam_executor.run_pipeline(lambda p: build_block_round(p, run, round_index, first, last), opts)
 
@@ -279,7 +279,7 @@ def test_a_rerun_round_with_its_learner_changes_nothing(tmp_path):
     nothing is written again: one commit per block, the same checkpoints, policies and records."""
     from core.checkpoint import Checkpointer
     from core.replay import ReplayStore
-    from pipelines.beam_blocks import read_record
+    from pipelines.beam.blocks import read_record
     run = _block_run(str(tmp_path / "run"), checkpoint={"every_steps": 64})
     _run_blocks(run, 0, 1)
     first = read_record(run.run_dir, 1, "learn")
@@ -329,7 +329,7 @@ def test_evaluation_blocks_follow_the_driver_rule():
     """The driver evaluates after a block whose rows reach the next multiple of eval.every_env_steps
     (once the learner has stepped); Beam places Evaluate<b> stages by the same rule, numbered for seeds."""
     from core.config import load_config
-    from pipelines.plan import TrainingPlan
+    from pipelines.run.plan import TrainingPlan
     settings = ["total_env_steps=4096", "eval.every_env_steps=2048"]          # test_determinism's
     assert TrainingPlan.from_config(load_config(overrides=settings)).evaluation_blocks(2048) == {1: 1, 3: 2}
     default = TrainingPlan.from_config(load_config())                          # 1,024-row blocks, every 4,000

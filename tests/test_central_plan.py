@@ -1,6 +1,6 @@
-"""SEED central inference runs the training plan: same config + seed => the same run (pipelines/central.py).
+"""SEED central inference runs the training plan: same config + seed => the same run (pipelines/run/central.py).
 
-Central mode is the driver's :class:`~pipelines.plan.TrainingPlan` with the
+Central mode is the driver's :class:`~pipelines.run.plan.TrainingPlan` with the
 rollout tasks played through the inference server: the server answers each
 task's steps with the version and exploration the plan grants it and samples
 actions with the task's own RNG, so two runs give bit-identical learner
@@ -93,7 +93,7 @@ def test_central_inference_gives_the_run_local_inference_gives(central_run, tmp_
     # Each block's shard stores every actor's state after it (what --resume continues): the server joins the
     # env-only actor's envs and its own bookkeeping into the very document a local actor captures.
     from core.replay import ReplayStore
-    from pipelines import stages
+    from pipelines.run import stages
     central, local = ReplayStore.open(os.path.join(central_run[1], "replay")), ReplayStore.open(os.path.join(run_dir, "replay"))
     for b in range(4):
         sid = stages.shard_id_for(b)
@@ -107,7 +107,7 @@ def test_a_killed_actor_is_started_again_and_replays_its_task(tmp_path, monkeypa
     again from fresh envs (fault-tolerant, not bit-identical): every planned shard is committed, once,
     and no (episode, step) row is in replay twice."""
     import signal
-    from pipelines import central
+    from pipelines.run import central
     grant = central.CentralTrainer._submit_rollout
 
     def kill_actor_1_at_task_2(self, f, a, k, block, retry=0):

@@ -85,7 +85,7 @@ def test_offline_training_reaches_400(expert_store, tmp_path):
 
 def test_offline_rejects_other_env_and_empty_store(expert_store, tmp_path):
     from core.dataset.errors import DatasetError
-    from pipelines.offline import train_offline
+    from pipelines.run.offline import train_offline
     cfg = config_lib.load_config(overrides=["env.id=Acrobot-v1"])
     with pytest.raises(config_lib.ConfigError, match="CartPole-v1"):
         train_offline(cfg, str(tmp_path / "r"), expert_store, progress=False)

@@ -1,4 +1,4 @@
-"""Same config + seed => the same run on every executor (pipelines/plan.py).
+"""Same config + seed => the same run on every executor (pipelines/run/plan.py).
 
 The default config for 4,096 env steps (4 blocks of 1,024 rows, 2,048
 learner steps, a checkpoint, two evaluations) runs on ``local``, on

@@ -31,7 +31,7 @@ SUMMARY_KEYS = {"run_dir", "env_id", "executor", "precision", "seed", "env_steps
 
 def small_config(executor: str, total_env_steps: int = BUDGET, **extra):
     # A plan block is num_actors x num_envs x steps_per_task = 2048 env steps; a Beam round runs up to
-    # --blocks_per_round (16) blocks, and actors keep their envs across blocks and rounds (pipelines.rounds).
+    # --blocks_per_round (16) blocks, and actors keep their envs across blocks and rounds (pipelines.beam.rounds).
     data = {"executor": executor, "total_env_steps": total_env_steps, "seed": 0,
             "env": {"num_envs": 8},
             "actors": {"num_actors": 2, "steps_per_task": 128},

@@ -376,7 +376,7 @@ def test_malformed_and_oversized_requests_are_rejected_and_others_keep_being_ser
 
 def test_killed_actor_does_not_disturb_the_server(payload, spec):
     import multiprocessing
-    from pipelines.central import _actor_process
+    from pipelines.run.central import _actor_process
     server = _server(payload, spec)
     proc = multiprocessing.get_context("spawn").Process(
         target=_actor_process, args=(server.endpoint(), ActorSpec("t", "CartPole-v1", 4, 0, 1), os.getpid()),
@@ -558,7 +558,7 @@ def _listening_hosts(port: int):
 def test_bound_address_is_not_a_wildcard_in_the_dask_setup(payload, spec):
     from core.config import load_config
     from core.inference.endpoint import is_wildcard, listen_plan
-    from pipelines.central import server_listen_plan
+    from pipelines.run.central import server_listen_plan
     cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["executor=dask", "inference=central"])
     local_cluster = server_listen_plan(cfg)
     assert (local_cluster.bind, local_cluster.dial_host) == ("127.0.0.1:0", "127.0.0.1")
@@ -603,7 +603,7 @@ def test_a_bind_host_of_another_machine_is_a_one_line_error(payload, spec, tmp_p
 def test_unix_socket_lives_in_a_private_directory(payload, spec):
     import stat
     from core.config import load_config
-    from pipelines.central import server_listen_plan
+    from pipelines.run.central import server_listen_plan
     cfg = load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["executor=local", "inference=central"])
     plan = server_listen_plan(cfg)
     try:

@@ -92,7 +92,7 @@ def test_a_run_killed_after_its_first_checkpoint_and_resumed_is_bit_identical(un
 #: Sends itself SIGTERM (what a batch scheduler sends before it kills a job) right after the n-th commit.
 SIGTERM_AT = """
 import os, signal, sys
-from pipelines import driver
+from pipelines.run import driver
 n, seen = int(sys.argv[1]), [0]
 original = driver.Trainer._committed
 def wrapped(self, *args, **kwargs):
@@ -215,7 +215,7 @@ def test_a_stored_actor_state_continues_the_actors_trajectory_exactly(payload, t
     from core.replay import ReplayStore
     from core.actor_state import loads
     from core.rollout import ActorSpec, StoredState, release_actors, run_rollout_task
-    from pipelines import stages
+    from pipelines.run import stages
     spec = ActorSpec("test-stored", "CartPole-v1", num_envs=3, seed=7, actor_id=2)
     explore = {"epsilon": 0.5}
     first = run_rollout_task(spec, payload, 0, 30, explore, capture_state=True)
@@ -246,7 +246,7 @@ def test_envs_whose_state_cannot_be_captured_are_rebuilt_and_the_resume_record_s
     from core import actor_state
     from core.replay import ReplayStore
     from core.rollout import ActorSpec, ActorState, capture_document
-    from pipelines import resume, stages
+    from pipelines.run import resume, stages
 
     def refuse(state):
         raise actor_state.ActorStateUnsupported("ALE/Pong-v5: the emulator state is a native handle")
@@ -267,7 +267,7 @@ def test_envs_whose_state_cannot_be_captured_are_rebuilt_and_the_resume_record_s
     stages.commit_stage(store, ["s00000000"])
     out = resume.load_actor_states(store, [spec], first_block=1)
     assert out.states == {} and out.rebuilt == {0: doc["unsupported"]}
-    from pipelines.flight import LoopState
+    from pipelines.run.flight import LoopState
     record = out.record(LoopState(block=1), {}, [{"version": 2}])
     assert record["bit_identical"] is False and "fault-tolerant but not bit-identical" in record["note"]
 
@@ -278,7 +278,7 @@ def test_a_damaged_stored_state_is_a_one_line_error_that_writes_nothing(tmp_path
     import base64
     import zlib
     from core.replay.schema import ATTRS_KEY
-    from pipelines import stages
+    from pipelines.run import stages
     from pipelines.train import train
     from core.config import load_config
     run_dir = str(tmp_path / "run")

@@ -102,7 +102,7 @@ def test_each_tracker_session_reads_only_its_own_records(tmp_path):
 def test_dask_stages_record_worker_cpu_through_the_executor_hook(tmp_path):
     pytest.importorskip("distributed")
     from core.config import load_config
-    from pipelines.energy import start_run_tracker, stop_run_tracker
+    from pipelines.run.energy import start_run_tracker, stop_run_tracker
     from pipelines.executors.dask import DaskExecutor
     cfg = load_config(None, ["carbon.backend=process-time"])
     ex = DaskExecutor(n_workers=1)
@@ -138,7 +138,7 @@ def test_beam_round_stages_record_their_cpu(tmp_path):
     from core.quantize import PolicyQuantizer
     from core.replay import ReplayStore
     from core.rollout import ActorSpec
-    from pipelines import rounds
+    from pipelines.beam import rounds
     from pipelines.executors import beam as beam_executor
     run_dir = str(tmp_path / "run")
     ReplayStore.open_or_create(os.path.join(run_dir, "replay"), env_id="CartPole-v1")

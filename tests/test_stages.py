@@ -4,7 +4,7 @@ import numpy as np
 from core.replay import ReplayStore
 from core.rollout import ActorSpec, release_actors, run_rollout_task
 from core.trajectory import TrajectoryBatch
-from pipelines import stages
+from pipelines.run import stages
 
 
 def _batch(t, e, first_episode):

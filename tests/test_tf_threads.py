@@ -1,4 +1,4 @@
-"""The learner's TF thread pools are the config's, or the run says they are not (pipelines.learner_stage).
+"""The learner's TF thread pools are the config's, or the run says they are not (pipelines.run.learner_stage).
 
 TensorFlow fixes its pools at its first op in a process. A run in a fresh
 process gets the config's ``threads.tf_intra_op``/``tf_inter_op``; a run in a
@@ -23,7 +23,7 @@ if sys.argv[1] == "tf-ran-first":
     import tensorflow as tf
     tf.constant(1.0) + 1                     # TF's default pools are now fixed in this process
 from core.config import load_config
-from pipelines.learner_stage import configure_threads
+from pipelines.run.learner_stage import configure_threads
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     pools = configure_threads(load_config(overrides=["threads.tf_intra_op=1", "threads.tf_inter_op=1"]))

@@ -1,7 +1,7 @@
 """The learner's storage path per block as the replay store fills: shard write, commit, cache refresh.
 
 A training run commits one shard per block and the learner refreshes its
-replay cache to it before it trains (``pipelines.resume.refresh_cache``); in
+replay cache to it before it trains (``pipelines.run.resume.refresh_cache``); in
 actor-bound ActorQ runs that refresh sits on the learner's critical path at
 every block. This replays the path with real actor rollouts (the ActorQ-size
 CartPole policy at int8-dynamic, ``--actors`` actors x ``--envs`` envs, 4 tasks
@@ -55,9 +55,9 @@ def fill(cfg, blocks: int, url: str, report_every: int = 16) -> List[Dict[str, f
     from core.quantize import PolicyQuantizer
     from core.replay import ReplayCache, ReplayStore
     from core.rollout import ActorSpec
-    from pipelines import resume as resume_lib
-    from pipelines import stages
-    from pipelines.plan import TrainingPlan
+    from pipelines.run import resume as resume_lib
+    from pipelines.run import stages
+    from pipelines.run.plan import TrainingPlan
     builder = get_builder(cfg.agent.algo)
     learner = builder.make_learner(env_spec(cfg.env.id), cfg.agent, cfg.seed)
     payload = PolicyQuantizer(cfg.actors.precision).quantize(learner.policy_model, 1, None)
@@ -103,7 +103,7 @@ def compare_reads(shards_url: str, shard_ids: Sequence[str]) -> Dict[str, float]
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from core.config import load_config
-    from pipelines.stages import shard_id_for
+    from pipelines.run.stages import shard_id_for
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--blocks", type=int, default=128, help="blocks (shards) to write, commit and refresh")
     ap.add_argument("--actors", type=int, default=4, help="actors per block (each runs 4 tasks of 32 steps)")

@@ -4,10 +4,10 @@ Both engines do the same work per round: ``--actors`` rollout tasks of
 ``--envs`` CartPole envs x ``--steps`` vector steps with an int8 policy,
 one shard write per task, one commit. Dask runs it on a LocalCluster that
 stays up between rounds (as in training); Beam builds and runs one
-rollout-only pipeline per round (``pipelines.rounds.build_round``). Training
+rollout-only pipeline per round (``pipelines.beam.rounds.build_round``). Training
 with ``--executor beam`` runs ``--blocks_per_round`` plan blocks (rollouts,
 shard writes, commits and learner calls) per round pipeline
-(``pipelines.beam_blocks``), so its start-up cost is paid once per that many
+(``pipelines.beam.blocks``), so its start-up cost is paid once per that many
 blocks, not per block as here.
 
     overhead per round = round wall time - rollout compute / workers
@@ -42,7 +42,7 @@ def _specs(run_id: str, actors: int, envs: int):
 
 def bench_dask(args, payload, root: str) -> List[Dict[str, float]]:
     from core.replay import ReplayStore
-    from pipelines import stages
+    from pipelines.run import stages
     from pipelines.executors.dask import DaskExecutor
     store_url = os.path.join(root, "dask", "replay")
     store = ReplayStore.open_or_create(store_url, env_id="CartPole-v1")
@@ -71,7 +71,7 @@ def bench_dask(args, payload, root: str) -> List[Dict[str, float]]:
 
 def bench_beam(args, payload, root: str) -> List[Dict[str, float]]:
     from core.replay import ReplayStore
-    from pipelines import rounds
+    from pipelines.beam import rounds
     from pipelines.executors import beam as beam_executor
     run_dir = os.path.join(root, "beam")
     ReplayStore.open_or_create(os.path.join(run_dir, "replay"), env_id="CartPole-v1")

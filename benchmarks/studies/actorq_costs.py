@@ -239,8 +239,8 @@ def measure_storage(cfg, store, store_url: str, results: List[Any], shards: int)
     shards after it (the first alone if it is the only one).
     """
     from core.replay import ReplayCache
-    from pipelines import resume as resume_lib
-    from pipelines import stages
+    from pipelines.run import resume as resume_lib
+    from pipelines.run import stages
     groups = shard_groups(cfg, results)[:shards]
     cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
     cost = {k: [] for k in ("write", "write_cpu", "commit", "commit_cpu", "refresh", "rows")}
@@ -271,7 +271,7 @@ def learner_sampler(cfg, builder, store):
 
 def measure_learner(cfg, learner, sampler, cache, calls: int) -> Dict[str, float]:
     """``learn_stage`` per learner step, after one warm-up call (tf.function tracing)."""
-    from pipelines import stages
+    from pipelines.run import stages
     rng = np.random.default_rng(cfg.seed)
     n, batch = cfg.learner.steps_per_call, cfg.agent.batch_size
     first, first_cpu, _ = timed(lambda: stages.learn_stage(learner, sampler, n, batch, rng), 1)
@@ -290,10 +290,10 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
     from core.agents.registry import get_builder
     from core.envs import env_spec
     from core.replay import ReplayStore
-    from pipelines.driver import configure_threads
+    from pipelines.run.driver import configure_threads
     configure_threads(cfg)
     import tensorflow as tf
-    tf.config.experimental.enable_op_determinism()   # as the run's learner (pipelines.driver): +~3 s first trace
+    tf.config.experimental.enable_op_determinism()   # as the run's learner (pipelines.run.driver): +~3 s first trace
     spec = env_spec(cfg.env.id)
     builder = get_builder(cfg.agent.algo)
     learner = builder.make_learner(spec, cfg.agent, cfg.seed)
@@ -318,7 +318,7 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
         sampler, cache = learner_sampler(cfg, builder, store)
         out["learner"] = measure_learner(cfg, learner, sampler, cache, learner_calls)
         if dask:
-            from pipelines import stages
+            from pipelines.run import stages
             rng = np.random.default_rng(cfg.seed + 1)
             learn = lambda: stages.learn_stage(learner, sampler, 1, cfg.agent.batch_size, rng)  # noqa: E731
             learn()   # a one-step call's shape (reduce_retracing generalized it already: no new trace)
@@ -372,7 +372,7 @@ def first_shard_writes(client, store_url: str, group: List[Any], writer_options:
     in-process ``measure_storage``, whose process has imported them, never sees. Run before any other
     task on the workers; the shards stay uncommitted (invisible) in the tool's scratch store.
     """
-    from pipelines import stages
+    from pipelines.run import stages
     workers = _workers(client)
     futures = [client.submit(stages.write_shard_stage, store_url, stages.shard_id_for(900_000 + i), group,
                              writer_options, key=f"first-write-{i}", workers=[w], pure=False)
@@ -391,7 +391,7 @@ def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, An
     try:
         out["storage"]["first_write_shard_s"] = first_shard_writes(client, store_url, group,
                                                                    cfg.replay.writer_options())
-        from pipelines.plan import TrainingPlan
+        from pipelines.run.plan import TrainingPlan
         tasks_per_block = cfg.actors.num_actors * TrainingPlan.from_config(cfg).tasks_per_block
         trip = block_round_trip(client, cfg.actors.num_actors)
         out["storage"].update(dispatch_s=trip["dispatch_s"], dispatch_submit_s=trip["submit_s"],

@@ -26,7 +26,7 @@ Steady state (``predict``'s ``env_steps_per_s``): three resources bound the run:
     X_p       = min(X_actors, X_learner, X_cpu)
 
 A finite run (``predict``'s ``run``, what the validation compares) is the
-driver's block pipeline (:mod:`pipelines.plan`) played out with those costs.
+driver's block pipeline (:mod:`pipelines.run.plan`) played out with those costs.
 Block ``b`` holds ``R`` env steps; with ``lag = actors.policy_lag``::
 
     roll_end[b]  = max(roll_end[b-1], learn_end[b-1-lag]) + ceil(N/W) * (R/N) * A_p
@@ -70,7 +70,7 @@ from typing import Any, Dict, Optional
 
 def setting(cfg, cores: Optional[int] = None) -> Dict[str, Any]:
     """The config values the model reads."""
-    from pipelines.plan import TrainingPlan
+    from pipelines.run.plan import TrainingPlan
     workers = cfg.dask.n_workers or cores or os.cpu_count() or 1
     plan = TrainingPlan.from_config(cfg)
     return {"replay_ratio": cfg.learner.replay_ratio, "num_actors": cfg.actors.num_actors,

@@ -43,7 +43,7 @@ bidirectional stream. The server
   versions still in use, finished tasks) is :attr:`tasks`, a
   :class:`core.inference.tasks.TaskSchedule` guarded by the server's lock.
 
-**Scheduled** (``scheduled=True``, what training uses: :mod:`pipelines.central`):
+**Scheduled** (``scheduled=True``, what training uses: :mod:`pipelines.run.central`):
 an actor's steps are cut into the plan's tasks (``unroll_length`` steps
 each, from ``first_task``) and the step that opens task ``k`` waits until the
 trainer called ``grant(actor, k, payload, explore)``: the policy version and

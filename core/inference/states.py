@@ -7,7 +7,7 @@ the frame stack and the recurrent carry, and sees each step's observations
 and flags. A local actor (:class:`core.rollout.ActorState`) holds all of it.
 This module joins the halves into the local actor's :mod:`core.actor_state`
 document, so a central run's shards hold the very document a local run's
-hold (``pipelines.resume`` reads and validates either), and splits a stored
+hold (``pipelines.run.resume`` reads and validates either), and splits a stored
 document back into the halves at ``--resume``::
 
     capture, the step that opens task k after task k-1 ended a plan block:

@@ -4,7 +4,7 @@ The server sees, per step of an actor's ``E`` envs, ``(o_t, r_{t-1},
 terminated_t, truncated_t)`` and decides ``a_t``. The row of step ``t`` is
 complete only when ``r_t`` arrives with the next message, so one pending row
 is held per connection. A connection's steps are cut into the plan's rollout
-tasks (:mod:`pipelines.plan`): task ``k`` is rows ``(k - k0) * T .. + T - 1``
+tasks (:mod:`pipelines.run.plan`): task ``k`` is rows ``(k - k0) * T .. + T - 1``
 of a connection that starts at task ``k0``::
 
     message t : observe() -> pending row t-1 gets reward r_{t-1}; when it is the last row of its task,

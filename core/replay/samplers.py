@@ -130,7 +130,7 @@ class PriorityState:
 
     A mixin of the prioritized samplers (this module's, and R2D2's sequence
     sampler). What changes their sampling, besides the cache and the RNG
-    (a stream of its own per learner block, :mod:`pipelines.plan`), is
+    (a stream of its own per learner block, :mod:`pipelines.run.plan`), is
     ``_prio`` (``p ** alpha`` per cache slot: the sum-tree's leaves are it,
     masked to the sampleable rows), ``_owner`` (the row id each priority
     belongs to: a slot whose row changed gets ``max_priority ** alpha`` at
@@ -141,7 +141,7 @@ class PriorityState:
     Example::
 
         state = sampler.priority_state()      # {"row_id", "priority", "max_priority", "alpha"}
-        # ... rebuild the same cache (pipelines.resume.replay_cache) and a fresh sampler over it ...
+        # ... rebuild the same cache (pipelines.run.resume.replay_cache) and a fresh sampler over it ...
         fresh.restore_priorities(state)       # fresh.sample(b, rng) == sampler.sample(b, rng)
     """
 

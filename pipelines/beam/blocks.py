@@ -1,6 +1,6 @@
 """The plan's blocks as a Beam pipeline: one round = a chain of consecutive blocks.
 
-``--executor beam`` runs the same :class:`~pipelines.plan.TrainingPlan` as
+``--executor beam`` runs the same :class:`~pipelines.run.plan.TrainingPlan` as
 local and Dask, so a config and seed give bit-identical learner parameters
 and committed replay on all of them. A round pipeline holds blocks
 ``b0 .. b1`` (``blocks_per_round`` of them) as one chain::
@@ -15,20 +15,20 @@ and committed replay on all of them. A round pipeline holds blocks
       Commit<b>             after State(b-1): the evaluations of blocks <= b - STOP_DELAY decide,
                             in order (best version, stop); no stop -> one commit entry for s<b>
       Learn<b>              LearnerStage.learn_block(b) from the exact state after b-1
-                            (pipelines.beam_learner), version, evaluation due?, checkpoint cadence
+                            (pipelines.beam.learner), version, evaluation due?, checkpoint cadence
                             -> State(b)
       Evaluate<b>           on the plan's evaluation blocks, beside the next blocks' stages
     RoundEnd                rounds/r<round>.json (what the launcher reads); after the run's last
                             block (or a stop): the driver's close -> rounds/final.json
 
-Every rule is the driver's (:mod:`pipelines.driver`, via :mod:`pipelines.plan`):
+Every rule is the driver's (:mod:`pipelines.run.driver`, via :mod:`pipelines.run.plan`):
 exploration by the block's planned env steps, evaluation blocks and seeds,
 ``STOP_DELAY``, best-version keeping, version and checkpoint cadence. The
 graph has a fixed number of transforms per block, so its size grows with
 ``blocks_per_round``, never with the run length.
 
 Idempotent: every stage first looks for its own record
-(:mod:`pipelines.beam_records`; Learn's and Evaluate's are written last,
+(:mod:`pipelines.beam.records`; Learn's and Evaluate's are written last,
 Commit's just before its log entry, which a re-run completes) and returns
 it, so a retried bundle or a re-run round changes nothing, and a shard is
 never rewritten once its commit record exists.
@@ -64,11 +64,12 @@ import apache_beam as beam
 from core import urls
 from core.rollout import ActorSpec
 from core.stage_cpu import counted
-from pipelines import policy_files, stages
-from pipelines.beam_records import (eval_digest, final_path, read_json, read_record, round_digest, round_path,
+from pipelines.beam import policy_files
+from pipelines.run import stages
+from pipelines.beam.records import (eval_digest, final_path, read_json, read_record, round_digest, round_path,
                                     write_json, write_record)
-from pipelines.evaluations import decide_evaluation, evaluation_args
-from pipelines.plan import TrainingPlan
+from pipelines.run.evaluation_schedule import decide_evaluation, evaluation_args
+from pipelines.run.plan import TrainingPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +108,8 @@ def start_run(_: int, run: BlockRun) -> Dict[str, Any]:
     if done is not None:
         return done
     from core.replay import ReplayStore
-    from pipelines.beam_learner import learner_for
-    from pipelines.flight import LoopState
+    from pipelines.beam.learner import learner_for
+    from pipelines.run.flight import LoopState
     cfg = run.cfg
     ReplayStore.open_or_create(run.store_url, env_id=cfg.env.id, **cfg.replay.writer_options())
     out = learner_for(cfg, run.run_dir).start()
@@ -206,7 +207,7 @@ def roll_block(item: Tuple[int, Optional[bytes]], block: int, version_state: Dic
              else ActorState(run.actor_specs[actor], tasks[0], incarnation=1))
     payload = policy_files.read_payload(policy_files.payload_path(run.run_dir, _version_of(version_state)))
     from core.agents.registry import get_builder
-    # Exploration follows the plan's env steps (block start), as in pipelines.block_tasks.
+    # Exploration follows the plan's env steps (block start), as in pipelines.run.block_tasks.
     explore = get_builder(cfg.agent.algo).exploration(cfg.agent, block * plan.block_rows, actor)
     results = []
     for k in tasks:
@@ -242,7 +243,7 @@ def evaluate_block(state: Dict[str, Any], block: int, number: int, run: BlockRun
 
 def _on_evaluation(run: BlockRun, loop, pending: List[Any]) -> Tuple[bool, Dict[str, Any]]:
     """The driver's ``_on_evaluation`` of one pending ``[block, version, env_steps, n]``: best, stop."""
-    from pipelines.beam_learner import save_best
+    from pipelines.beam.learner import save_best
     block, _, env_steps, _ = pending
     result = read_record(run.run_dir, int(block), "eval")
     if result is None:
@@ -284,7 +285,7 @@ def commit_block(state: Dict[str, Any], block: int, info: Optional[Dict[str, Any
 def _decide_commit(state: Dict[str, Any], block: int, info: Optional[Dict[str, Any]],
                    run: BlockRun) -> Dict[str, Any]:
     """The evaluations due before ``block`` (best, stop) and, without a stop, its rows in the counters."""
-    from pipelines.flight import LoopState
+    from pipelines.run.flight import LoopState
     plan, cfg = run.plan, run.cfg
     loop = LoopState(**state["loop"])
     pending, evaluated, stop = list(state["pending_evals"]), [], bool(state["stop"])
@@ -313,7 +314,7 @@ def learn_block(state: Dict[str, Any], block: int, run: BlockRun) -> Dict[str, A
     out = {**state, "block": block, "published": None, "records": []}
     if state["stop"]:
         return write_record(run.run_dir, block, "learn", out)
-    from pipelines.beam_learner import learner_for, records_json
+    from pipelines.beam.learner import learner_for, records_json
     plan, cfg = run.plan, run.cfg
     loop = dict(state["loop"])
     t0 = time.time()
@@ -339,8 +340,8 @@ def learn_block(state: Dict[str, Any], block: int, run: BlockRun) -> Dict[str, A
 
 def finish_run(state: Dict[str, Any], run: BlockRun) -> Dict[str, Any]:
     """The driver's close: the remaining evaluations (best), a checkpoint, the final evaluation."""
-    from pipelines.beam_learner import learner_for
-    from pipelines.flight import LoopState
+    from pipelines.beam.learner import learner_for
+    from pipelines.run.flight import LoopState
     block = int(state["loop"]["block"]) - 1
     done = read_json(final_path(run.run_dir))
     if done is not None and (done.get("block"), done.get("num_blocks")) == (block, run.plan.num_blocks):

@@ -1,12 +1,12 @@
 """The Beam launcher: submits one round pipeline of plan blocks after another, reads their JSON.
 
 It holds no learner and imports neither TensorFlow nor LiteRT (the learner
-is the rounds' ``Learn`` stages, :mod:`pipelines.beam_learner`), so it can
+is the rounds' ``Learn`` stages, :mod:`pipelines.beam.learner`), so it can
 run anywhere that reaches the run directory and the runner::
 
     setup   : a new run's config.json, or (--resume) the newest rounds/r<round>.json
-    round r : blocks b0 .. b0 + blocks_per_round - 1 of the plan (pipelines.plan)
-              -> one pipeline (pipelines.beam_blocks.build_block_round)
+    round r : blocks b0 .. b0 + blocks_per_round - 1 of the plan (pipelines.run.plan)
+              -> one pipeline (pipelines.beam.blocks.build_block_round)
               -> rounds/r<r>.json: every block's state digest (commit, evaluations decided,
                  version published, learner metrics, loop counters)
               -> metrics.jsonl (broadcast, commit, eval, learner, round), progress bar
@@ -17,17 +17,17 @@ run anywhere that reaches the run directory and the runner::
 DirectRunner) against the job graph's size (a fixed number of transforms per
 block, ~50 KB each; Dataflow caps a job request at 20 MB): see
 :data:`BLOCKS_PER_ROUND`, and ``--blocks_per_round N`` among the pipeline
-options (:func:`pipelines.rounds.blocks_per_round_arg`).
+options (:func:`pipelines.beam.rounds.blocks_per_round_arg`).
 
 Resume: the rounds' records say which blocks are done; every block's
-learner state, actor states and stage records are durable (pipelines.beam_blocks),
+learner state, actor states and stage records are durable (pipelines.beam.blocks),
 so ``--resume`` (or a re-run after a crash) continues exactly where the last
 finished round ended, bit-identically to an uninterrupted Beam run.
 
 Example::
 
     RoundLauncher(cfg, "gs://bucket/runs/a", pipeline_options(args, run_dir), progress=True,
-                  resume=False).run()      # usually through pipelines.rounds.train_in_rounds
+                  resume=False).run()      # usually through pipelines.beam.rounds.train_in_rounds
 """
 from __future__ import annotations
 
@@ -41,11 +41,11 @@ import numpy as np
 from core import config as config_lib
 from core import urls
 from core.rollout import ActorSpec
-from pipelines import policy_files
-from pipelines.beam_blocks import BlockRun, build_block_round, build_finish
-from pipelines.beam_records import final_path, round_path
-from pipelines.energy import stage_cpu_sink
-from pipelines.plan import TrainingPlan
+from pipelines.beam import policy_files
+from pipelines.beam.blocks import BlockRun, build_block_round, build_finish
+from pipelines.beam.records import final_path, round_path
+from pipelines.run.energy import stage_cpu_sink
+from pipelines.run.plan import TrainingPlan
 
 #: Plan blocks per round pipeline. Measured (16,384 env steps of the default config = 16 blocks of 1,024 rows,
 #: DirectRunner multi_processing, 2 shared cores): 298 env steps/s with 8 per round, 363 with 16 (one
@@ -70,8 +70,8 @@ class RoundLauncher:
     def _setup(self) -> None:
         from core.agents.registry import get_builder
         from core.metrics import MetricsLogger
-        from pipelines.flight import LoopState
-        from pipelines.summary import process_start
+        from pipelines.run.flight import LoopState
+        from pipelines.run.summary import process_start
         cfg = self.cfg
         fs, path = urls.resolve(self.run_dir)
         if self.resume:
@@ -136,7 +136,7 @@ class RoundLauncher:
         return self.next_block >= self.plan.num_blocks or bool(self.last and self.last["stop"])
 
     def run(self) -> Dict[str, Any]:
-        from pipelines.energy import start_run_tracker
+        from pipelines.run.energy import start_run_tracker
         from pipelines.executors import beam as beam_executor
         self._setup()
         self.energy = start_run_tracker(self.cfg, self.run_dir, None)   # launcher + DirectRunner worker processes
@@ -162,7 +162,7 @@ class RoundLauncher:
 
     def _account(self, record: Dict[str, Any], pipeline_s: float) -> None:
         """metrics.jsonl records of a round (per-block detail stays in blocks/b*-learn.json)."""
-        from pipelines import summary as summary_lib
+        from pipelines.run import summary as summary_lib
         self.last = record
         self._counters(record)
         for result in record["evaluated"]:
@@ -191,10 +191,10 @@ class RoundLauncher:
     def _finish(self, start: float) -> Dict[str, Any]:
         """The run's close as a pipeline stage (if no round did it), then the summary from JSON records."""
         from core.replay import ReplayStore
-        from pipelines import summary as summary_lib
-        from pipelines.energy import stop_run_tracker
+        from pipelines.run import summary as summary_lib
+        from pipelines.run.energy import stop_run_tracker
         from pipelines.executors import beam as beam_executor
-        from pipelines.flight import LoopState
+        from pipelines.run.flight import LoopState
         wall = time.time() - start
         fs, path = final_path(self.run_dir)
         final = self._read((fs, path), "final") if fs.exists(path) else None

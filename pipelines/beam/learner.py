@@ -3,7 +3,7 @@
 The learner stages run on pipeline workers (a DirectRunner worker process, a
 Dataflow worker), never in the launcher, so the launcher needs neither
 TensorFlow nor an accelerator. They wrap the very
-:class:`~pipelines.learner_stage.LearnerStage` that local and Dask runs use
+:class:`~pipelines.run.learner_stage.LearnerStage` that local and Dask runs use
 (``learn_block``: the plan's calls, ``sampler_rng(b)``; versions quantized the
 same way), and add what a worker that lives for one pipeline needs: the
 learner's state after every block as durable data::
@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional
 
 from core import config as config_lib
 from core import urls
-from pipelines import policy_files
+from pipelines.beam import policy_files
 
 #: Version parameters kept for "best" (an evaluation is processed at most STOP_DELAY blocks later).
 KEEP_VERSIONS = 8
@@ -61,10 +61,10 @@ def save_best(cfg, run_dir: str, version: int, result: Dict[str, Any]) -> None:
 
 
 class BlockLearner:
-    """One run's :class:`~pipelines.learner_stage.LearnerStage` in a worker process (module docstring)."""
+    """One run's :class:`~pipelines.run.learner_stage.LearnerStage` in a worker process (module docstring)."""
 
     def __init__(self, cfg, run_dir: str):
-        from pipelines.learner_stage import LearnerStage
+        from pipelines.run.learner_stage import LearnerStage
         self.cfg, self.run_dir = cfg, run_dir
         self.stage = LearnerStage(cfg, run_dir)
         self.chain = _checkpointer(run_dir, "beam/learner", 2)
@@ -83,7 +83,7 @@ class BlockLearner:
         A worker that did not learn block ``block`` itself (a fresh process, or
         one that learned earlier blocks) restores the learner from
         ``beam/learner``, brings its replay cache to block ``block`` one block at
-        a time (the uninterrupted learner's ring slots, ``pipelines.resume``) and
+        a time (the uninterrupted learner's ring slots, ``pipelines.run.resume``) and
         takes back a prioritized sampler's priorities, so its next block samples
         what the uninterrupted learner would.
         """
@@ -94,7 +94,7 @@ class BlockLearner:
             raise RuntimeError(f"beam/learner step {block + 1} holds block {meta['block']}, expected {block}")
         if self.cache_block > block:          # the cache is past this block: a fresh stage, rebuilt from the chain
             self.stage.close()
-            from pipelines.learner_stage import LearnerStage
+            from pipelines.run.learner_stage import LearnerStage
             self.stage, self.cache_block = LearnerStage(self.cfg, self.run_dir), -1
         self.stage.learner.restore(state["learner"])
         for b in range(self.cache_block + 1, block + 1):

@@ -1,8 +1,8 @@
 """Durable records of Beam block rounds: per block, per round, the run's close (JSON only).
 
-Every stage of :mod:`pipelines.beam_blocks` writes its record last and
+Every stage of :mod:`pipelines.beam.blocks` writes its record last and
 looks for it first, which makes stages idempotent; the launcher
-(:mod:`pipelines.round_launcher`) reads only the round digests and the final
+(:mod:`pipelines.beam.launcher`) reads only the round digests and the final
 record, a few hundred bytes per round whatever its length::
 
     blocks/start.json              State(-1): counters before the first block, version 1

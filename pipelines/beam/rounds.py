@@ -1,10 +1,10 @@
 """Rounds as Beam pipelines (``--executor beam``): the entry point, and rollout-only rounds.
 
 :func:`train_in_rounds` runs a training run as round pipelines of the
-plan's blocks (:mod:`pipelines.round_launcher` submits them,
-:mod:`pipelines.beam_blocks` builds them, :mod:`pipelines.beam_learner` is
+plan's blocks (:mod:`pipelines.beam.launcher` submits them,
+:mod:`pipelines.beam.blocks` builds them, :mod:`pipelines.beam.learner` is
 their learner stage). Local, Dask and Beam run the same
-:mod:`pipelines.plan` schedule, so a config and seed give bit-identical
+:mod:`pipelines.run.plan` schedule, so a config and seed give bit-identical
 learner parameters and committed replay on all of them
 (tests/test_beam_identity.py).
 
@@ -54,7 +54,8 @@ import apache_beam as beam
 from core import urls
 from core.rollout import ActorSpec, RolloutResult, run_rollout_task
 from core.stage_cpu import counted
-from pipelines import policy_files, stages
+from pipelines.beam import policy_files
+from pipelines.run import stages
 
 
 # --------------------------------------------------------------------------- the round plan
@@ -230,7 +231,7 @@ def train_in_rounds(cfg, run_dir: str, pipeline_args: Sequence[str], progress: b
     """Train ``cfg`` as rounds of Beam pipelines into ``run_dir``; returns the summary (see driver)."""
     from pipelines.executors import _thread_env
     from pipelines.executors import beam as beam_executor
-    from pipelines.round_launcher import RoundLauncher
+    from pipelines.beam.launcher import RoundLauncher
     run_dir = urls.normalize(run_dir)
     pipeline_args, blocks_per_round = blocks_per_round_arg(pipeline_args)
     options = beam_executor.pipeline_options(pipeline_args, run_dir)   # rejects bad runner/run dir first
@@ -248,7 +249,7 @@ def blocks_per_round_arg(pipeline_args: Sequence[str]) -> Tuple[List[str], int]:
         ConfigError: N is not an integer >= 1.
     """
     from core.config import ConfigError
-    from pipelines.round_launcher import BLOCKS_PER_ROUND
+    from pipelines.beam.launcher import BLOCKS_PER_ROUND
     args, value, i = list(pipeline_args), None, 0
     while i < len(args):
         a = args[i]

@@ -1,6 +1,6 @@
 """Thin executors: they schedule stage functions and hold no algorithm logic.
 
-One protocol serves training (:mod:`pipelines.driver`) and dataset passes
+One protocol serves training (:mod:`pipelines.run.driver`) and dataset passes
 (:mod:`pipelines.process`, :mod:`core.dataset`)::
 
     ex.broadcast(payload) -> ref      # send once, pass ref to many tasks
@@ -19,7 +19,7 @@ the Python types agree across executors (a test checks this).
 Executors: ``local`` (this process, in order; deterministic), ``dask``
 (:mod:`.dask`: an embedded LocalCluster or an existing scheduler), ``beam``
 (:mod:`.beam`: dataset passes as one pipeline each; training on Beam runs as
-rounds, :mod:`pipelines.rounds`).
+rounds, :mod:`pipelines.beam.rounds`).
 
 The Dask executor has one call more, for a stage that holds state (the learner)::
 

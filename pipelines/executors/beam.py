@@ -1,6 +1,6 @@
 """Beam executor: pipeline options and one call that runs a round's pipeline.
 
-Thin on purpose (see :mod:`pipelines.rounds` for the round's transforms).
+Thin on purpose (see :mod:`pipelines.beam.rounds` for the round's transforms).
 It only decides *where* a pipeline runs:
 
 * No ``--runner`` (or a DirectRunner): the embedded default is the

@@ -36,7 +36,7 @@ def _workers_ignore_stop_signals():
     scheduler's SIGTERM (Slurm's ``scancel`` signals every process of the
     job): without this every worker prints a KeyboardInterrupt traceback, or
     dies with the rollouts and shard writes in flight before the driver's
-    planned stop (:mod:`pipelines.stop_signal`) can finish its block and
+    planned stop (:mod:`pipelines.run.stop_signal`) can finish its block and
     checkpoint. The driver alone handles both and closes the cluster, which
     stops the workers; a driver killed outright takes them with it
     (distributed's workers exit when their parent does).
@@ -58,7 +58,7 @@ class DaskExecutor:
     name = "dask"
     deterministic = False
     in_process = False
-    #: fn -> fn applied to every submitted stage (pipelines.energy sets it: per-process CPU records).
+    #: fn -> fn applied to every submitted stage (pipelines.run.energy sets it: per-process CPU records).
     task_wrapper: Optional[Callable[[Callable], Callable]] = None
 
     def __init__(self, address: Optional[str] = None, n_workers: int = 0, threads_per_worker: int = 1,

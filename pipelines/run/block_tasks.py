@@ -1,6 +1,6 @@
 """The plan's blocks as tasks: rollouts, one shard write per block, commits in block order.
 
-:class:`BlockTasks` is the part of :class:`pipelines.driver.Trainer` that
+:class:`BlockTasks` is the part of :class:`pipelines.run.driver.Trainer` that
 turns plan blocks into executor tasks and commits their shards (the driver's
 steps 1 and 2)::
 
@@ -13,7 +13,7 @@ steps 1 and 2)::
 An actor's last task of each block returns the actor's env state as a
 document (``capture_state``), which the write stores in the block's shard:
 ``--resume`` continues the actors from the last committed block's
-(:mod:`pipelines.resume`).
+(:mod:`pipelines.run.resume`).
 
 A write whose inputs Dask lost with a killed worker (a cancelled future) is
 submitted again with the same shard id, after its lost rollouts; retries
@@ -25,8 +25,8 @@ import concurrent.futures
 import time
 from typing import Any, Dict, List
 
-from pipelines import stages
-from pipelines.flight import Flight
+from pipelines.run import stages
+from pipelines.run.flight import Flight
 
 #: Resubmissions of one block's lost tasks before the run stops with a one-line error.
 MAX_BLOCK_RETRIES = 10
@@ -78,7 +78,7 @@ class BlockTasks:
 
     def _resubmit_lost(self, f: Flight, block: int) -> None:
         """A write Dask cancelled (its inputs were lost with a worker and forgotten): run them again."""
-        from pipelines.flight import StallError
+        from pipelines.run.flight import StallError
         f.retries += 1
         f.block_retries[block] = f.block_retries.get(block, 0) + 1
         if f.block_retries[block] > MAX_BLOCK_RETRIES:    # never spin: each retry was cancelled at once

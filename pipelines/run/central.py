@@ -1,7 +1,7 @@
 """Central (SEED) mode training, ``inference: central``: the driver's plan with a server doing the inference.
 
-The run is the same :class:`~pipelines.plan.TrainingPlan` the driver
-(:class:`pipelines.driver.Trainer`) runs: the same blocks, tasks, versions,
+The run is the same :class:`~pipelines.run.plan.TrainingPlan` the driver
+(:class:`pipelines.run.driver.Trainer`) runs: the same blocks, tasks, versions,
 shards, commits, learner calls, evaluations, stop rule and checkpoints, by
 the same code. Only *who runs a rollout task* differs. The learner process
 hosts an :class:`core.inference.server.InferenceServer` (scheduled); env-only
@@ -56,9 +56,9 @@ import concurrent.futures
 import threading
 from typing import Any, Dict, List, Optional
 
-from pipelines import stages
-from pipelines.driver import Trainer
-from pipelines.learner_stage import InProcessStage, LearnerStage
+from pipelines.run import stages
+from pipelines.run.driver import Trainer
+from pipelines.run.learner_stage import InProcessStage, LearnerStage
 
 
 def server_listen_plan(cfg):

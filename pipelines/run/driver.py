@@ -1,7 +1,7 @@
-"""The training driver: runs a :class:`~pipelines.plan.TrainingPlan` on any executor.
+"""The training driver: runs a :class:`~pipelines.run.plan.TrainingPlan` on any executor.
 
 The plan fixes what happens (which tasks, policy versions, shards, learner
-steps and RNG streams; see :mod:`pipelines.plan`); the executor only decides
+steps and RNG streams; see :mod:`pipelines.run.plan`); the executor only decides
 where and when, the learner's place included. The loop::
 
     while learner blocks remain and no planned stop:
@@ -13,7 +13,7 @@ where and when, the learner's place included. The loop::
         learner block done                 -> maybe a new version, an evaluation, a checkpoint
         nothing progressed for the stall bound -> StallError naming what it waits for
 
-The learner is a stage (:class:`~pipelines.learner_stage.LearnerStage`): in
+The learner is a stage (:class:`~pipelines.run.learner_stage.LearnerStage`): in
 this process by default, or with ``learner.resources`` a Dask actor on the
 worker that advertises them (``DaskExecutor.place``); the driver sends it
 block numbers and receives metrics and version metadata. With the local
@@ -22,7 +22,7 @@ executor every submit runs at once; with Dask actors step the next
 learner's parameters and the committed replay are the same for a seed.
 
 ``--resume`` continues the plan where the last checkpoint left it, and ends
-bit-identical to a run that never stopped (:mod:`pipelines.resume`): the
+bit-identical to a run that never stopped (:mod:`pipelines.run.resume`): the
 checkpoint carries the policy versions and evaluations the next blocks need,
 each block's shard carries its actors' env states, and blocks committed
 after the checkpoint are not run again. Envs whose state cannot be captured
@@ -44,15 +44,15 @@ from core import config as config_lib
 from core import urls
 from core.metrics import MetricsLogger
 from core.rollout import ActorSpec
-from pipelines import resume as resume_lib
-from pipelines import stages
-from pipelines.block_tasks import BlockTasks
-from pipelines.evaluations import EvaluationSteps
-from pipelines import summary as summary_lib
-from pipelines.flight import STALL_MIN_S, Flight, LoopState, StallError  # noqa: F401  (re-exported)
-from pipelines.learner_stage import (InProcessParts, InProcessStage, LearnerStage,  # noqa: F401 (re-exported)
+from pipelines.run import resume as resume_lib
+from pipelines.run import stages
+from pipelines.run.block_tasks import BlockTasks
+from pipelines.run.evaluation_schedule import EvaluationSteps
+from pipelines.run import summary as summary_lib
+from pipelines.run.flight import STALL_MIN_S, Flight, LoopState, StallError  # noqa: F401  (re-exported)
+from pipelines.run.learner_stage import (InProcessParts, InProcessStage, LearnerStage,  # noqa: F401 (re-exported)
                                      configure_threads)
-from pipelines.plan import TrainingPlan
+from pipelines.run.plan import TrainingPlan
 
 
 class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
@@ -80,7 +80,7 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
                                          " or a new --run-dir")
         if cfg.learner.resources:      # a cluster that cannot place the learner: refused before any write
             self.executor.check_resources(cfg.learner.resources)
-        from pipelines.energy import start_run_tracker
+        from pipelines.run.energy import start_run_tracker
         self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
         fs.makedirs(path, exist_ok=True)
         if not self.resume:
@@ -234,7 +234,7 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
     # -- main loop --------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
         """Train through the plan's blocks (or to a planned stop); returns the summary dict."""
-        from pipelines.stop_signal import stop_on_sigterm
+        from pipelines.run.stop_signal import stop_on_sigterm
         self._setup()
         try:
             self._first_versions()
@@ -264,7 +264,7 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
             raise
 
     def _stop_on_signal(self, f: Flight, signal_name: str, bar) -> None:
-        """A checkpoint at this learner block end, then stop (pipelines.stop_signal); raises KeyboardInterrupt,
+        """A checkpoint at this learner block end, then stop (pipelines.run.stop_signal); raises KeyboardInterrupt,
         which the CLI turns into the one-line resume message."""
         if bar is not None:
             bar.close()
@@ -420,7 +420,7 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
                                             self.payload.nbytes, lags, out["final"], self.store.latest_version(),
                                             self._driver_bytes_in(),
                                             getattr(self, "trajectory_bytes", None))
-        from pipelines.energy import stop_run_tracker
+        from pipelines.run.energy import stop_run_tracker
         summary.update(stop_run_tracker(self.energy))
         summary_lib.write_summary(self.run_dir, self.log, summary)
         return summary

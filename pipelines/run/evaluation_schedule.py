@@ -1,7 +1,7 @@
 """Evaluations of a training run: planned, submitted as executor tasks, decided in block order.
 
-:class:`EvaluationSteps` is the part of :class:`pipelines.driver.Trainer`
-that evaluates policy versions (a mixin, like :class:`pipelines.block_tasks.BlockTasks`)::
+:class:`EvaluationSteps` is the part of :class:`pipelines.run.driver.Trainer`
+that evaluates policy versions (a mixin, like :class:`pipelines.run.block_tasks.BlockTasks`)::
 
     learner block b ends, rows cross eval.every_env_steps -> _evaluate: an evaluation task of the
                                                              newest version, seeds from its number n
@@ -9,7 +9,7 @@ that evaluates policy versions (a mixin, like :class:`pipelines.block_tasks.Bloc
                                          <= c - STOP_DELAY, in order, to _on_evaluation: log it,
                                          keep the best version (the stage's best/ checkpoint), stop?
     --resume                          -> _resume_evaluations: the checkpoint's undecided evaluations
-                                         again, same versions and seeds (pipelines.resume)
+                                         again, same versions and seeds (pipelines.run.resume)
 
 Seeds depend only on the evaluation's number, so every executor evaluates
 the same episodes and the stop falls on the same block.
@@ -20,9 +20,9 @@ import json
 import time
 from typing import Any, Callable, Dict, Optional
 
-from pipelines import stages
-from pipelines import summary as summary_lib
-from pipelines.flight import Flight
+from pipelines.run import stages
+from pipelines.run import summary as summary_lib
+from pipelines.run.flight import Flight
 
 
 def evaluation_args(cfg, n: int, selector: str) -> tuple:
@@ -70,8 +70,8 @@ class EvaluationSteps:
         published again if it was lost too. It stays first in line, so the
         stop is decided in the same order. At most ``MAX_BLOCK_RETRIES`` times.
         """
-        from pipelines.block_tasks import MAX_BLOCK_RETRIES
-        from pipelines.flight import StallError
+        from pipelines.run.block_tasks import MAX_BLOCK_RETRIES
+        from pipelines.run.flight import StallError
         block, fut, steps = f.evals.popleft()
         (version, n), ref = f.eval_meta.pop(fut), f.eval_ref.pop(fut)
         f.eval_submitted.pop(fut, None)

@@ -7,7 +7,7 @@ checkpoint need to follow the plan exactly: the policy version each of them
 acts with, the evaluations still undecided, the evaluation and broadcast
 cadence.
 
-:class:`Flight` is the driver's (:mod:`pipelines.driver`) bookkeeping of one
+:class:`Flight` is the driver's (:mod:`pipelines.run.driver`) bookkeeping of one
 ``Trainer.run`` that is not checkpointed: futures of the blocks in flight,
 published versions still needed, pending evaluations, timings. It is rebuilt
 on resume from the checkpointed ``LoopState`` and the commit log. It also
@@ -27,9 +27,9 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from core.config import ConfigError
-from pipelines.plan import TrainingPlan
-from pipelines.stages import shard_id_for
-from pipelines.summary import WorkerStats
+from pipelines.run.plan import TrainingPlan
+from pipelines.run.stages import shard_id_for
+from pipelines.run.summary import WorkerStats
 
 #: Least seconds without progress before a run is declared stalled (first tasks start workers).
 STALL_MIN_S = 120.0
@@ -47,7 +47,7 @@ class LoopState:
     episodes: int = 0
     time_to_target_s: Optional[float] = None
     env_steps_to_target: Optional[int] = None
-    block: int = 0          # learner blocks done: the next one to train (pipelines.plan)
+    block: int = 0          # learner blocks done: the next one to train (pipelines.run.plan)
     # What the blocks after a checkpoint need, so that --resume continues the plan exactly
     # (written by Trainer._checkpoint; None / empty in checkpoints from before they existed):
     versions: Dict[str, int] = dataclasses.field(default_factory=dict)   # learner block -> version in use

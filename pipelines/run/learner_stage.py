@@ -22,7 +22,7 @@ Data flows one way: shards go store -> stage, payloads go stage -> actors
 (on Dask from the learner's worker to the actors' workers, see
 ``DaskExecutor.place``), and metrics come back as ``records`` that the
 driver writes to ``metrics.jsonl``. Because the stage follows the plan
-(:mod:`pipelines.plan`) and TensorFlow runs with op determinism, its
+(:mod:`pipelines.run.plan`) and TensorFlow runs with op determinism, its
 parameters are bit-identical wherever it is placed.
 """
 from __future__ import annotations
@@ -39,10 +39,10 @@ import numpy as np
 
 from core import config as config_lib
 from core import urls
-from pipelines import resume as resume_lib
-from pipelines import stages
-from pipelines import summary as summary_lib
-from pipelines.plan import TrainingPlan
+from pipelines.run import resume as resume_lib
+from pipelines.run import stages
+from pipelines.run import summary as summary_lib
+from pipelines.run.plan import TrainingPlan
 
 Record = Tuple[str, int, Dict[str, Any]]     # (metrics kind, step, fields): one metrics.jsonl record
 
@@ -81,7 +81,7 @@ def configure_threads(cfg) -> Dict[str, Any]:
 def learner_parts(cfg, run_dir: str, create_store: bool = False,
                   checkpoint_engine: Optional[Dict[str, Any]] = None, store=None,
                   cache_rows: Optional[int] = None) -> Dict[str, Any]:
-    """What every learner stage holds (this one and Beam's, ``pipelines.beam_learner``), built one way.
+    """What every learner stage holds (this one and Beam's, ``pipelines.beam.learner``), built one way.
 
     Pins TensorFlow's thread pools and turns op determinism on first (same seed, same parameters,
     wherever the stage runs), then returns ``spec``, ``store`` (the run's ``replay``, opened, or
@@ -137,7 +137,7 @@ class LearnerStage:
         self.async_quantizer = (AsyncQuantizer(self.learner.policy_model, cfg.actors.precision)
                                 if async_versions else None)
         self.plan = TrainingPlan.from_config(cfg)
-        self.rng = self.plan.sampler_rng(0)            # replaced per learner block (pipelines.plan)
+        self.rng = self.plan.sampler_rng(0)            # replaced per learner block (pipelines.run.plan)
         self.quality = BroadcastQualityProbe(self.spec.discrete, size=256, seed=cfg.seed)
         # where its time went (wall_split)
         self.seconds = {"learn_stage": 0.0, "new_version": 0.0, "refresh_cache": 0.0}
@@ -168,7 +168,7 @@ class LearnerStage:
         the blocks after it act with, the parameters of versions still being
         evaluated; see :meth:`checkpoint`), held again for :meth:`payload` and
         :meth:`save_best`. The replay cache is rebuilt as the uninterrupted run
-        built it (:func:`pipelines.resume.replay_cache`), then a prioritized
+        built it (:func:`pipelines.run.resume.replay_cache`), then a prioritized
         sampler takes its priorities back (``restore_priorities``).
         """
         step = self.ckpt.latest_step()
@@ -208,7 +208,7 @@ class LearnerStage:
         refreshed cache holds exactly the plan's shards. ``publish``: quantize
         that version afterwards (see :meth:`new_version`).
         """
-        from pipelines.flight import StallError
+        from pipelines.run.flight import StallError
         t_refresh = time.perf_counter()
         self.refresh_cache(block)
         self.seconds["refresh_cache"] += time.perf_counter() - t_refresh
@@ -377,9 +377,9 @@ class LearnerStage:
 
 
 class InProcessParts:
-    """The parts of an in-process stage, which central mode (pipelines/central.py) drives directly.
+    """The parts of an in-process stage, which central mode (pipelines/run/central.py) drives directly.
 
-    A mixin of :class:`pipelines.driver.Trainer`; ``self.stage`` is an :class:`InProcessStage`.
+    A mixin of :class:`pipelines.run.driver.Trainer`; ``self.stage`` is an :class:`InProcessStage`.
     """
     learner = property(lambda self: self.stage.obj.learner)
     sampler = property(lambda self: self.stage.obj.sampler)

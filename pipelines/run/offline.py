@@ -1,7 +1,7 @@
-"""Offline training: the online plan (:mod:`pipelines.plan`) on a fixed replay store, every commit done.
+"""Offline training: the online plan (:mod:`pipelines.run.plan`) on a fixed replay store, every commit done.
 
 ``python -m pipelines.train --offline-dataset STORE`` (or ``--resume RUN_DIR``: it ends bit-identical) drives
-a :class:`~pipelines.learner_stage.LearnerStage` in this process whose cache holds the whole dataset::
+a :class:`~pipelines.run.learner_stage.LearnerStage` in this process whose cache holds the whole dataset::
 
     learn      : block b to  min(S, floor(replay_ratio * (b + 1) * block_rows))  steps, in the plan's calls
                  with sampler_rng(b);  S = max(1, floor(total_env_steps * replay_ratio))
@@ -20,10 +20,10 @@ from typing import Any, Dict, Optional
 
 from core import config as config_lib
 from core import urls
-from pipelines import stages
-from pipelines import summary as summary_lib
-from pipelines.flight import LoopState
-from pipelines.learner_stage import LearnerStage
+from pipelines.run import stages
+from pipelines.run import summary as summary_lib
+from pipelines.run.flight import LoopState
+from pipelines.run.learner_stage import LearnerStage
 
 BASELINE_STEPS = 5_000
 RECORD = "offline.json"       # {"dataset": url, "version": log version}: the data --resume trains on
@@ -77,7 +77,7 @@ def _open_dataset(cfg, run_dir: str, store_url: Optional[str], resume: bool):
 def _evaluate(cfg, stage: OfflineStage, loop: LoopState, log, progress: bool) -> None:
     """Play the block's new version (the online seeds); log it and keep it if it is the best."""
     from core.policy_evaluation import run_evaluation_task
-    from pipelines.evaluations import decide_evaluation, evaluation_args
+    from pipelines.run.evaluation_schedule import decide_evaluation, evaluation_args
     v = loop.policy_version
     r = run_evaluation_task(stage.payload(v), *evaluation_args(cfg, v, stage.builder.action_selector))
     summary_lib.log_evaluation(log, loop, {**r, "env_steps": stage.steps})   # step: learner steps (no env steps)
@@ -124,7 +124,7 @@ def _bc_baseline(cfg, stage: OfflineStage) -> Dict[str, Any]:
 def train_offline(cfg, run_dir: str, store_url: Optional[str], progress=True, resume=False) -> Dict[str, Any]:
     """Train ``cfg``'s agent on the fixed store ``store_url`` (resume: the run's own) into ``run_dir``."""
     from core.metrics import MetricsLogger
-    from pipelines.energy import start_run_tracker, stop_run_tracker
+    from pipelines.run.energy import start_run_tracker, stop_run_tracker
     run_dir = urls.normalize(run_dir)
     store, snap = _open_dataset(cfg, run_dir, store_url, resume)
     fs, path = urls.resolve(run_dir)

@@ -106,7 +106,7 @@ class TrainingPlan:
         """Evaluations of blocks <= this one are awaited before block ``block`` commits."""
         return block - STOP_DELAY
 
-    # -- the driver's per-block rules as pure functions (``pipelines.driver._end_block``), so that an
+    # -- the driver's per-block rules as pure functions (``pipelines.run.driver._end_block``), so that an
     # executor that cannot run the driver's loop (Beam round pipelines) applies the same rules.
     def rows_through(self, block: int) -> int:
         """Rows committed once blocks ``0 .. block`` are (every block writes ``block_rows``)."""

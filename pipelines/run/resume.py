@@ -1,7 +1,7 @@
 """What ``--resume`` needs beyond the learner's checkpoint, so a resumed run ends bit-identical.
 
 A run killed after a checkpoint and resumed must follow its plan
-(:mod:`pipelines.plan`) exactly as if it had never stopped. Four kinds of
+(:mod:`pipelines.run.plan`) exactly as if it had never stopped. Four kinds of
 state make that possible, each stored where it becomes durable together with
 what it describes::
 
@@ -38,7 +38,7 @@ import dataclasses
 from typing import Any, Dict, List, Sequence, Tuple
 
 from core.config import ConfigError
-from pipelines.stages import actor_states, shard_id_for, state_text
+from pipelines.run.stages import actor_states, shard_id_for, state_text
 
 
 def plan_state(loop, f, n_evals: int) -> Tuple[List[int], List[int]]:

@@ -1,7 +1,7 @@
 """End-of-run summary and per-worker stats, shared by every executor.
 
-The continuous driver (:mod:`pipelines.driver`, local and dask executors)
-and the round-based Beam launcher (:mod:`pipelines.rounds`) finish a run the
+The continuous driver (:mod:`pipelines.run.driver`, local and dask executors)
+and the round-based Beam launcher (:mod:`pipelines.beam.rounds`) finish a run the
 same way, so their summaries have the same keys and ``print_summary`` reads
 either::
 

@@ -20,7 +20,7 @@ rows of an episode are therefore history only, never a training row.
 
 The math is in :mod:`core.agents.r2d2.losses`; the network in
 :mod:`core.agents.r2d2.networks`. ``step`` returns the new sequence
-priorities as ``td_abs`` ``[B]``, which :func:`pipelines.stages.learn_stage`
+priorities as ``td_abs`` ``[B]``, which :func:`pipelines.run.stages.learn_stage`
 hands to ``sampler.update_priorities(batch["index"], ...)``.
 
 Example::
