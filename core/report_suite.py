@@ -1,6 +1,6 @@
 """The learning-suite report: one JSON record per run, one row and one plot per config (configs x seeds).
 
-``benchmarks/learning_suite.py`` runs the shipped configs for several seeds;
+``benchmarks/studies/learning_suite.py`` runs the shipped configs for several seeds;
 :func:`suite_record` turns a finished run directory into one JSON record
 (summary fields, plus the evaluation curve and best confirmed return from
 ``metrics.jsonl``); :func:`suite_rows` aggregates records per config label

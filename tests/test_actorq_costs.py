@@ -1,4 +1,4 @@
-"""The ActorQ cost model (benchmarks/actorq_model.py), its CLIs' bad input, and the wall split.
+"""The ActorQ cost model (benchmarks/studies/actorq_model.py), its CLIs' bad input, and the wall split.
 
 Measuring is a benchmark (not run here); these tests check the model's exact
 arithmetic (steady bounds, the block pipeline, contention), the validation's
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from benchmarks import actorq_costs as ac
+from benchmarks.studies import actorq_costs as ac
 
 
 def _costs(rollout_fp32=1e-3, rollout_int8=2.5e-4, learn=0.1):
@@ -150,7 +150,7 @@ def _pipeline_costs():
 
 
 def test_simulate_plays_the_block_pipeline_exactly():
-    from benchmarks.actorq_model import simulate
+    from benchmarks.studies.actorq_model import simulate
     c, storage, learner, s = _pipeline_costs()
     run = simulate(c, storage, learner, s, 300)
     # block 0: rollouts 0.5, write 0.1, commit 0.05, 10 steps [4, 4, 2] = 2.0 + both traces 1.5, version 0.5
@@ -195,7 +195,7 @@ def test_simulate_plays_the_block_pipeline_exactly():
 
 
 def test_contention_from_wall_over_cpu_and_its_slowdown():
-    from benchmarks.actorq_model import contention, simulate
+    from benchmarks.studies.actorq_model import contention, simulate
     c, storage, learner, s = _pipeline_costs()
     assert contention(c, learner, 2) == 0.0       # wall == CPU: nobody else runs
     slow = dict(c, rollout={"wall_s": 0.02, "cpu_s": 0.01, "inference_wall_s": 0.0})
@@ -210,7 +210,7 @@ def test_contention_from_wall_over_cpu_and_its_slowdown():
 
 
 def test_co_run_costs_replace_the_cpu_share_for_our_own_threads():
-    from benchmarks.actorq_model import _pipeline, simulate
+    from benchmarks.studies.actorq_model import _pipeline, simulate
     c, storage, learner, s = _pipeline_costs()
     co = dict(c, corun={"learner_wall_s": 0.5, "rollout_wall_s": 0.03, "learner_steps": 9})
     # One round: both sides assumed always busy, so each step costs its co-run time exactly
@@ -250,7 +250,7 @@ def test_co_run_costs_replace_the_cpu_share_for_our_own_threads():
 
 
 def test_the_learner_overlaps_the_workers_through_rollouts_and_shard_writes():
-    from benchmarks.actorq_model import _pipeline
+    from benchmarks.studies.actorq_model import _pipeline
     c, storage, learner, s = _pipeline_costs()
     run = _pipeline(0.01, 0.2, (1.0, 0.5), c, storage, s, 200)
     # workers busy: block 0 rollouts 0-0.5 + write to 0.6, block 1 rollouts 0.5-1.0 + write to 1.1 -> (0, 1.1);
@@ -261,7 +261,7 @@ def test_the_learner_overlaps_the_workers_through_rollouts_and_shard_writes():
 
 
 def test_parallel_rollouts_count_the_gaps_between_chained_tasks():
-    from benchmarks.actorq_model import simulate
+    from benchmarks.studies.actorq_model import simulate
     c, storage, learner, s = _pipeline_costs()
     in_tasks = dict(c, rollout_parallel={"wall_s": 0.01, "workers": 2})
     chained = dict(c, rollout_parallel={"wall_s": 0.01, "chain_wall_s": 0.03, "workers": 2})
@@ -272,7 +272,7 @@ def test_parallel_rollouts_count_the_gaps_between_chained_tasks():
 
 
 def test_overlap_of_two_interval_lists_exact():
-    from benchmarks.actorq_model import _overlap
+    from benchmarks.studies.actorq_model import _overlap
     rolls = [(0.0, 1.0), (1.0, 2.0), (4.0, 6.0)]
     learns = [(0.5, 1.5), (3.0, 4.5), (5.5, 7.0)]
     assert _overlap(rolls, learns) == pytest.approx(0.5 + 0.5 + 0.5 + 0.5)
@@ -281,7 +281,7 @@ def test_overlap_of_two_interval_lists_exact():
 
 def test_projection_limits():
     import numpy as np
-    from benchmarks.actorq_projection import amdahl, pipelined
+    from benchmarks.studies.actorq_projection import amdahl, pipelined
     f = np.array([0.0, 0.5, 0.75, 1.0])
     assert amdahl(f, 4.0) == pytest.approx([1.0, 1 / (0.5 + 0.125), 1 / (0.25 + 0.1875), 4.0])
     # overlapped: no gain until actors are the slower side; then max(f, 1-f) / max(f/s, 1-f)
@@ -289,7 +289,7 @@ def test_projection_limits():
 
 
 def test_validation_feeds_the_model_the_runs_own_stage_costs(capsys):
-    from benchmarks import actorq_validate as av
+    from benchmarks.studies import actorq_validate as av
     c, storage, learner, s = _pipeline_costs()
     row = {"precision": "fp32", "env_steps": 300, "learner_steps": 30,
            "costs": {"precisions": {"fp32": dict(c, rollout_parallel={"wall_s": 9.0, "workers": 2})},
@@ -313,7 +313,7 @@ def test_validation_feeds_the_model_the_runs_own_stage_costs(capsys):
 
 
 def test_simulate_takes_the_runs_own_contention():
-    from benchmarks.actorq_model import simulate
+    from benchmarks.studies.actorq_model import simulate
     c, storage, learner, s = _pipeline_costs()
     s = dict(s, cores=2)
     # costs measured on an idle machine (wall == CPU); 3 other threads during the run

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from benchmarks import actorq_model, actorq_ratio_sweep as sweep
+from benchmarks.studies import actorq_model, actorq_ratio_sweep as sweep
 from core import config as config_lib
 from test_actorq_costs import _costs
 from test_report import _make_run
@@ -84,7 +84,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     bad.write_text("{}")
     assert sweep.main(["--keep", str(tmp_path), "--costs", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "is not a benchmarks.actorq_costs --out file" in err and err.count("\n") == 1
+    assert "is not a benchmarks.studies.actorq_costs --out file" in err and err.count("\n") == 1
 
 
 def test_the_cli_writes_table_plot_and_rows(tmp_path, capsys):

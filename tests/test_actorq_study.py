@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from benchmarks import actorq_study
+from benchmarks.studies import actorq_study
 from core import report as report_lib
 from test_report import _make_run
 

@@ -1,4 +1,4 @@
-"""benchmarks.learning_suite: records from run dirs, exact aggregates, table, plots, plan, resume, one real run."""
+"""benchmarks.studies.learning_suite: records from run dirs, exact aggregates, table, plots, plan, resume, one real run."""
 import json
 import os
 import subprocess
@@ -11,8 +11,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:   # benchmarks/ is not an installed package
     sys.path.insert(0, ROOT)
 
-from benchmarks import learning_suite as suite  # noqa: E402
-from benchmarks import suite_runs  # noqa: E402
+from benchmarks import common  # noqa: E402
+from benchmarks.studies import learning_suite as suite  # noqa: E402
+from benchmarks.studies import suite_runs  # noqa: E402
 from core import report as report_lib  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -213,7 +214,7 @@ def test_bad_input_one_line_errors(tmp_path, capsys):
 
 
 def test_records_upsert_resume_and_render_pick_one_commit(tmp_path, capsys):
-    commit = suite_runs.git_state()[0]
+    commit = common.git_state()[0]
     out = str(tmp_path / "s.json")
     plan = suite.plan_runs(suite.select_entries(["default.yaml"], []), 2, 2, ["total_env_steps=2048"])
     recs = [dict(_rec(r.label, r.seed, 1024, 5.0, 480.0), git_commit=commit, date=f"2026-01-0{r.seed + 1}",
@@ -299,9 +300,9 @@ def test_failed_and_timed_out_runs_are_recorded(tmp_path):
 
 def test_suite_end_to_end_one_tiny_run_then_resume(tmp_path):
     out, runs = tmp_path / "suite.json", tmp_path / "runs"
-    cmd = [sys.executable, "-m", "benchmarks.learning_suite", "--configs", "configs/default.yaml", "--seeds", "1",
-           "--set", "total_env_steps=2048", "--set", "eval.every_env_steps=1024", "--set", "replay.min_size=500",
-           "--out", str(out), "--runs-dir", str(runs), "--no-progress"]
+    cmd = [sys.executable, "-m", "benchmarks.studies.learning_suite", "--configs", "configs/default.yaml",
+           "--seeds", "1", "--set", "total_env_steps=2048", "--set", "eval.every_env_steps=1024",
+           "--set", "replay.min_size=500", "--out", str(out), "--runs-dir", str(runs), "--no-progress"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec,) = json.loads(out.read_text())["runs"]
@@ -312,7 +313,7 @@ def test_suite_end_to_end_one_tiny_run_then_resume(tmp_path):
     assert isinstance(rec["reached"], bool) and (rec["env_steps_to_target"] is None) == (not rec["reached"])
     assert isinstance(rec["final_return"], float) and rec["curve"] and rec["curve"][-1][0] == 2048
     assert 0 < rec["curve"][-1][1] < rec["process_wall_s"]   # eval seconds count from the train process's start
-    assert rec["git_commit"] == suite_runs.git_state()[0] and rec["machine"]["cores"] == os.cpu_count()
+    assert rec["git_commit"] == common.git_state()[0] and rec["machine"]["cores"] == os.cpu_count()
     assert rec["command"].startswith("python -m pipelines.train --config configs/default.yaml --seed 0 --run-dir ")
     assert os.path.exists(os.path.join(rec["run_dir"], "summary.json")) and os.path.exists(rec["log"])
     report = tmp_path / "suite"
@@ -325,8 +326,8 @@ def test_suite_end_to_end_one_tiny_run_then_resume(tmp_path):
     assert json.loads(out.read_text())["runs"] == [rec]
 
 
-# -- benchmarks/time_to_solve.py: DataBloom vs SB3 DQN / PPO ----------------------------------------------------------
-from benchmarks import time_to_solve as tts  # noqa: E402
+# -- benchmarks/studies/time_to_solve.py: DataBloom vs SB3 DQN / PPO --------------------------------------------------
+from benchmarks.studies import time_to_solve as tts  # noqa: E402
 
 
 def _tts_run(system, seed, seconds, steps, final=500.0, status="ok"):

@@ -139,7 +139,7 @@ def test_training_curve_pools_commit_records_per_window_exactly():
 
 
 def test_learning_curve_cli_reads_a_running_run_and_plots(tmp_path, capsys):
-    from benchmarks import learning_curve
+    from benchmarks.studies import learning_curve
     run = tmp_path / "run"
     run.mkdir()
     records = [{"kind": "config", "step": 0, "config": {"name": "p", "env": {"id": "atari:Pong"},

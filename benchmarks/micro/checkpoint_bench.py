@@ -12,7 +12,7 @@ is saved ``--repeats`` times per configuration, side by side in one run:
 * ``vs 1 thread``: full-write throughput relative to the same engine with
   ``max_workers=1``.
 
-    python benchmarks/checkpoint_bench.py [--mb 200] [--vars 20] [--repeats 5] [--dir /tmp/x]
+    python benchmarks/micro/checkpoint_bench.py [--mb 200] [--vars 20] [--repeats 5] [--dir /tmp/x]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from core.checkpoint import Checkpointer  # noqa: E402
 
 

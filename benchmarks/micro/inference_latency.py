@@ -8,8 +8,8 @@ column is the speedup over LiteRT fp32 (> 1 is faster).
 
 Usage::
 
-    python -m benchmarks.inference_latency                 # both nets, ~1 min
-    python -m benchmarks.inference_latency --nets cartpole --seconds 0.2 --out lat.json
+    python -m benchmarks.micro.inference_latency                 # both nets, ~1 min
+    python -m benchmarks.micro.inference_latency --nets cartpole --seconds 0.2 --out lat.json
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ stage makes them) and times reading its latest state with a fresh
 
 Usage::
 
-    python benchmarks/log_open.py                  # 2,000 versions, local disk
-    python benchmarks/log_open.py --versions 10000
+    python benchmarks/micro/log_open.py                  # 2,000 versions, local disk
+    python benchmarks/micro/log_open.py --versions 10000
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from core.replay.commit_log import CHECKPOINT_EVERY, CommitLog  # noqa: E402
 from core.replay.schema import ShardInfo  # noqa: E402
 

@@ -12,9 +12,9 @@ what training writes), then times, per engine:
 Engine start-up (Dask LocalCluster) is excluded; Beam builds one pipeline
 per pass, which is included (it is what a user waits for).
 
-    python benchmarks/process_throughput.py                     # 5M steps
-    python benchmarks/process_throughput.py --steps 500000 --engines dask
-    python benchmarks/process_throughput.py --beam-args="--direct_running_mode=multi_processing --direct_num_workers=2"
+    python benchmarks/micro/process_throughput.py                     # 5M steps
+    python benchmarks/micro/process_throughput.py --steps 500000 --engines dask
+    python benchmarks/micro/process_throughput.py --beam-args="--direct_running_mode=multi_processing --direct_num_workers=2"
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def synthetic_batch(seed: int, T: int, E: int, actor: int):

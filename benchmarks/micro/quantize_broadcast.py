@@ -16,8 +16,8 @@ available) into learner steps at 0.51 ms/step (shared/PLATFORM_FACTS.md: Adam,
 
 Usage::
 
-    python -m benchmarks.quantize_broadcast              # both nets, ~1-2 min
-    python -m benchmarks.quantize_broadcast --nets cartpole --repeats 3 --out qb.json
+    python -m benchmarks.micro.quantize_broadcast              # both nets, ~1-2 min
+    python -m benchmarks.micro.quantize_broadcast --nets cartpole --repeats 3 --out qb.json
 """
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ tensorstore kvstore) and field by field through zarr-python (``read``).
 
 Usage::
 
-    python -m benchmarks.replay_refresh                  # 128 blocks, ~1 min on 2 cores
-    python -m benchmarks.replay_refresh --blocks 32 --out /tmp/refresh.json
+    python -m benchmarks.micro.replay_refresh                  # 128 blocks, ~1 min on 2 cores
+    python -m benchmarks.micro.replay_refresh --blocks 32 --out /tmp/refresh.json
 """
 from __future__ import annotations
 

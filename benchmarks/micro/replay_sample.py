@@ -11,8 +11,8 @@ plus ``cache.refresh()`` time for a new shard and for no change.
 
 Usage::
 
-    python benchmarks/replay_sample.py          # 100k rows, ~10 s
-    python benchmarks/replay_sample.py --full   # 1M rows
+    python benchmarks/micro/replay_sample.py          # 100k rows, ~10 s
+    python benchmarks/micro/replay_sample.py --full   # 1M rows
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ import uuid
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from core.replay import (NStepSampler, PrioritizedNStepSampler, ReplayCache, ReplayStore,  # noqa: E402
                          SequenceSampler)
-from benchmarks.replay_write import make_batches  # noqa: E402
+from benchmarks.micro.replay_write import make_batches  # noqa: E402
 
 
 def rate(fn, items_per_call: int, min_seconds: float = 2.0) -> float:

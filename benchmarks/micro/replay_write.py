@@ -20,8 +20,8 @@ The batches are laid out as ``core.rollout`` makes them (env-major storage).
 
 Usage::
 
-    python benchmarks/replay_write.py            # small (< 1 min)
-    python benchmarks/replay_write.py --full     # 20k Atari frames, 1M CartPole steps
+    python benchmarks/micro/replay_write.py            # small (< 1 min)
+    python benchmarks/micro/replay_write.py --full     # 20k Atari frames, 1M CartPole steps
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from core.replay import ReplayStore  # noqa: E402
 from core.replay.shard_writer import _TensorstoreEngine, concat_rows, episode_segments  # noqa: E402
 from core.trajectory import TrajectoryBatch, make_episode_id, step_buffer  # noqa: E402

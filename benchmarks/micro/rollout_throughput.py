@@ -8,8 +8,8 @@ repeats, and prints env steps/s and the ratio to fp32 (goal: int8 >= 2.5x).
 Part 2 runs the same rollout tasks on a Dask LocalCluster with 1 and then 2
 single-threaded workers and prints the scaling ratio (goal: >= 1.8x).
 
-    python benchmarks/rollout_throughput.py              # both parts
-    python benchmarks/rollout_throughput.py --hidden 256 256 --part precision
+    python benchmarks/micro/rollout_throughput.py              # both parts
+    python benchmarks/micro/rollout_throughput.py --hidden 256 256 --part precision
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

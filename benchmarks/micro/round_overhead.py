@@ -14,8 +14,8 @@ blocks, not per block as here.
 
 Usage::
 
-    python -m benchmarks.round_overhead                        # 5 rounds, 2 actors x 8 envs x 128 steps
-    python -m benchmarks.round_overhead --rounds 3 --steps 512 --beam-mode in_memory
+    python -m benchmarks.micro.round_overhead                        # 5 rounds, 2 actors x 8 envs x 128 steps
+    python -m benchmarks.micro.round_overhead --rounds 3 --steps 512 --beam-mode in_memory
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ requests and milliseconds per shard after one warm-up write per engine.
 A local server has no network latency, so on real S3 the request count is
 what matters most.
 
-    python benchmarks/s3_shard_write.py [--repeats 5]
+    python benchmarks/micro/s3_shard_write.py [--repeats 5]
 
 Needs the test extra (moto[server], s3fs, boto3).
 """
@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 class _Counter:
@@ -52,7 +52,7 @@ def main(argv=None) -> None:
     endpoint = f"http://{host}:{port}"
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
                       AWS_ENDPOINT_URL=endpoint, AWS_REGION="us-east-1")
-    from benchmarks.replay_write import make_batches
+    from benchmarks.micro.replay_write import make_batches
     from core.replay import ReplayStore
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)

@@ -30,8 +30,8 @@ measured window, divided by the env steps), which other users' load barely
 moves, and the load average. ``--repeats N`` runs the modes in turn N times
 and prints medians and the median of each repeat's central/local ratio.
 
-    python -m benchmarks.seed_inference --nets mlp cnn --actors 2 --envs 1 2 4 8 16 --seconds 6
-    python -m benchmarks.seed_inference --nets mlp --envs 16 --modes local central --repeats 5 --profile
+    python -m benchmarks.micro.seed_inference --nets mlp cnn --actors 2 --envs 1 2 4 8 16 --seconds 6
+    python -m benchmarks.micro.seed_inference --nets mlp --envs 16 --modes local central --repeats 5 --profile
 """
 from __future__ import annotations
 

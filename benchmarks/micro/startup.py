@@ -13,9 +13,9 @@ cluster, the learner's set-up) and to the first ``commit`` record (the first
 shard of env steps in the replay). Compare two commits side by side::
 
     git worktree add /tmp/base <commit>
-    python benchmarks/startup.py /tmp/base .          # base vs this checkout, 3 alternating pairs
-    python benchmarks/startup.py . --pairs 5 --set executor=local
-    python benchmarks/startup.py /tmp/base . --pairs 5 --whole-run     # env steps/s, side by side
+    python benchmarks/micro/startup.py /tmp/base .          # base vs this checkout, 3 alternating pairs
+    python benchmarks/micro/startup.py . --pairs 5 --set executor=local
+    python benchmarks/micro/startup.py /tmp/base . --pairs 5 --whole-run     # env steps/s, side by side
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def one_run(checkout: str, overrides: Sequence[str], whole: bool = False) -> Dic
 
 
 def main(argv: List[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python benchmarks/startup.py", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python benchmarks/micro/startup.py", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(__doc__.splitlines()[1:]))
     p.add_argument("checkouts", nargs="+", help="repository checkouts to run from, alternating")

@@ -3,10 +3,10 @@ and the whole-run env steps/s they predict (a small Amdahl / bottleneck model).
 
 Usage::
 
-    python -m benchmarks.actorq_costs                                     # configs/actorq/cartpole-dqn.yaml
-    python -m benchmarks.actorq_costs --config configs/actorq/pendulum-d4pg.yaml --quick
-    python -m benchmarks.actorq_costs --out benchmarks/results/actorq_costs-cartpole.json
-    python -m benchmarks.actorq_costs --predict benchmarks/results/actorq_costs-cartpole.json \\
+    python -m benchmarks.studies.actorq_costs                                     # configs/actorq/cartpole-dqn.yaml
+    python -m benchmarks.studies.actorq_costs --config configs/actorq/pendulum-d4pg.yaml --quick
+    python -m benchmarks.studies.actorq_costs --out benchmarks/results/actorq_costs-cartpole.json
+    python -m benchmarks.studies.actorq_costs --predict benchmarks/results/actorq_costs-cartpole.json \\
         --set learner.replay_ratio=0.01 --set actors.num_actors=8 --cores 16   # model only, no measuring
 
 Measured, per precision, with the config's real stages and networks (median
@@ -46,25 +46,29 @@ intra-op threads count):
   ``first_write_shard_s`` (on the Dask workers): a fresh worker's first shard
   write, which pays the write engine's imports (:func:`first_shard_writes`).
 
-The model (``benchmarks.actorq_model``, its docstring has the formulas):
+The model (``benchmarks.studies.actorq_model``, its docstring has the formulas):
 steady-state bounds (actors, learner, CPU) and the finite run played out as
-the driver's block pipeline. ``benchmarks.actorq_validate`` compares it with
-whole runs.
+the driver's block pipeline. ``benchmarks.studies.actorq_validate`` compares it with
+whole runs. The measurements live in ``actorq_costs_process`` (in this process) and
+``actorq_costs_workers`` (on Dask workers); this module runs them in order and holds the CLI.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from benchmarks.actorq_model import predict, setting  # noqa: F401  (the CLI's model)
+from benchmarks.studies.actorq_costs_process import (_calibration, learner_sampler, measure_env, measure_inference,
+                                                     measure_learner, measure_rollouts, measure_storage,
+                                                     measure_version, shard_groups)
+from benchmarks.studies.actorq_costs_workers import measure_on_workers
+from benchmarks.studies.actorq_model import predict, setting  # noqa: F401  (the CLI's model)
 
 DEFAULT_CONFIG = os.path.join("configs", "actorq", "cartpole-dqn.yaml")
 PRECISIONS = ("fp32", "int8-dynamic", "int8-full")
@@ -72,217 +76,6 @@ SCHEMA = "databloom.actorq_costs/1"
 
 
 # ------------------------------------------------------------------ measuring
-
-def timed(fn: Callable[[], Any], repeats: int) -> Tuple[float, float, Any]:
-    """(median wall s, median CPU s of this process, last result) of ``repeats`` calls."""
-    walls, cpus, out = [], [], None
-    for _ in range(max(1, repeats)):
-        w0, c0 = time.perf_counter(), time.process_time()
-        out = fn()
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-    return statistics.median(walls), statistics.median(cpus), out
-
-
-def _calibration(env_id: str, n: int, seed: int) -> np.ndarray:
-    from core.envs import make_vector_env
-    envs, obs = make_vector_env(env_id, 8, seed)
-    rows = [obs.reshape(len(obs), -1)]
-    while sum(len(r) for r in rows) < n:
-        obs, *_ = envs.step(envs.action_space.sample())
-        rows.append(obs.reshape(len(obs), -1))
-    envs.close()
-    return np.concatenate(rows)[:n].astype(np.float32)
-
-
-def measure_env(cfg, steps: int) -> Dict[str, float]:
-    """Vectorized env step alone, per env step (random actions)."""
-    from core.envs import make_vector_env
-    envs, _ = make_vector_env(cfg.env.id, cfg.env.num_envs, cfg.seed, cfg.env.max_episode_steps)
-    actions = [envs.action_space.sample() for _ in range(steps)]
-    wall, cpu, _ = timed(lambda: [envs.step(a) for a in actions], 1)
-    envs.close()
-    n = steps * cfg.env.num_envs
-    return {"wall_s": wall / n, "cpu_s": cpu / n}
-
-
-def measure_inference(payload, obs_dim: int, batches: Sequence[int], calls: int, threads: int) -> Dict[str, Any]:
-    """LiteRT policy call time per env step at each batch size."""
-    from core.policy import LiteRTPolicy
-    out = {}
-    for b in batches:
-        policy = LiteRTPolicy(payload, batch_size=b, num_threads=threads)
-        x = np.random.default_rng(0).normal(size=(b, obs_dim)).astype(np.float32)
-        policy(x)  # warm up
-        wall, cpu, _ = timed(lambda: [policy(x) for _ in range(calls)], 3)
-        out[str(b)] = {"wall_s": wall / (calls * b), "cpu_s": cpu / (calls * b)}
-    return out
-
-
-def measure_version(model, precision: str, calib: np.ndarray, num_envs: int, threads: int,
-                    repeats: int) -> Tuple[Dict[str, Any], Any]:
-    """Per-version costs: convert, patch, actor load, payload bytes. Returns (costs, payload)."""
-    from core.policy import LiteRTPolicy
-    from core.quantize import PATCHABLE_PRECISIONS, FlatbufferPatcher, PolicyQuantizer
-    quantizer = PolicyQuantizer(precision)
-    cw, cc, payload = timed(lambda: quantizer.quantize(model, 1, calib if precision == "int8-full" else None),
-                            repeats)
-    row: Dict[str, Any] = {"convert_s": cw, "convert_cpu_s": cc, "bytes": payload.nbytes,
-                           "patch_s": None, "patch_cpu_s": None, "bcast_s": None}
-    if precision in PATCHABLE_PRECISIONS:
-        patcher = FlatbufferPatcher(model, precision)
-        weights = model.get_weights()
-        row["patch_s"], row["patch_cpu_s"], _ = timed(lambda: patcher.patch(weights, 2), max(repeats, 3))
-    row["load_s"], row["load_cpu_s"], _ = timed(lambda: LiteRTPolicy(payload, batch_size=num_envs,
-                                                                      num_threads=threads), max(repeats, 3))
-    return row, payload
-
-
-def measure_rollouts(cfg, builder, payload, tasks: int, run_id: str) -> Tuple[Dict[str, float], List[Any]]:
-    """The rollout stage per env step, and the results (shards for storage and learner)."""
-    from core.rollout import ActorSpec, release_actors, run_rollout_task
-    explore = builder.exploration(cfg.agent, 0, 0)
-    spec = ActorSpec(run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, 0, cfg.env.max_episode_steps,
-                     cfg.threads.litert, builder.action_selector)
-    run_rollout_task(spec, payload, 0, 4, explore)   # warm up: envs + interpreter
-    results, walls, cpus = [], [], []
-    for k in range(1, tasks + 1):
-        w0, c0 = time.perf_counter(), time.process_time()
-        results.append(run_rollout_task(spec, payload, k, cfg.actors.steps_per_task, explore))
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
-    release_actors(run_id)
-    steps = sum(r.stats.env_steps for r in results)
-    infer = sum(r.stats.inference_seconds for r in results)
-    return {"wall_s": sum(walls) / steps, "cpu_s": sum(cpus) / steps, "inference_wall_s": infer / steps}, results
-
-
-def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id: str,
-                              learn: Optional[Callable[[], None]] = None) -> Dict[str, float]:
-    """The rollout stage as the run runs it: every actor's tasks chained on its Dask worker, all at once.
-
-    Per env step from the tasks' own ``RolloutStats.seconds`` (what the run's
-    ``workers`` records count), after one warm-up task per actor. With
-    ``learn`` (one learner step), this process trains while the rollouts run
-    and ``learner_wall_s`` is the median wall of the steps that began after
-    the warm-up tasks and ended before the last rollout did (None if none did);
-    after each step it fetches a small value held by a busy worker, as the
-    driver fetches a shard write's result, and ``gather_wall_s`` is their median.
-    """
-    from core.rollout import ActorSpec, release_actors, run_rollout_task
-    workers = _workers(client)
-    ref = client.scatter(payload, broadcast=True, hash=False)
-    explore = builder.exploration(cfg.agent, 0, 0)
-    futures = []
-    t_submit = time.perf_counter()
-    for a in range(cfg.actors.num_actors):
-        spec = ActorSpec(run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a, cfg.env.max_episode_steps,
-                         cfg.threads.litert, builder.action_selector)
-        prev = None
-        for k in range(tasks + 1):
-            prev = client.submit(run_rollout_task, spec, ref, k, cfg.actors.steps_per_task, explore, after=prev,
-                                 key=f"{run_id}-a{a}-t{k}", workers=[workers[a % len(workers)]])
-            futures.append((k, prev))
-    submit_s = (time.perf_counter() - t_submit) / len(futures)     # the driver's cost per task submitted
-    learner_walls: List[float] = []
-    gathers: List[float] = []
-    if learn is not None:
-        # What write_shard_stage returns, held on each worker (fetched while the worker steps envs).
-        probes = [client.scatter([{"shard_id": "s00000000", "rows": 512, "nbytes": 1 << 20, "tasks": []}],
-                                 workers=[w], hash=False)[0] for w in workers]
-    warm = [fut for k, fut in futures if k == 0]
-    while not all(fut.done() for fut in warm):
-        time.sleep(0.001)
-    t_chains = time.perf_counter()
-    if learn is not None:
-        running = lambda: not all(fut.done() for _, fut in futures)  # noqa: E731
-        while running():
-            t0 = time.perf_counter()
-            learn()
-            if running():                                  # the whole step ran beside the actors
-                learner_walls.append(time.perf_counter() - t0)
-                t1 = time.perf_counter()
-                probes[len(gathers) % len(probes)].result()
-                if running():
-                    gathers.append(time.perf_counter() - t1)
-    from distributed import wait
-    wait([fut for _, fut in futures])
-    chains_s = time.perf_counter() - t_chains
-    stats = [fut.result().stats for k, fut in futures if k > 0]
-    client.run(release_actors, run_id)
-    steps = sum(st.env_steps for st in stats)
-    out = {"wall_s": sum(st.seconds for st in stats) / steps,
-           # per env step and worker as the chains ran: the gaps between chained tasks (dispatch) included
-           "chain_wall_s": chains_s * len(workers) / steps,
-           "inference_wall_s": sum(st.inference_seconds for st in stats) / steps, "workers": len(workers),
-           "submit_s": submit_s}
-    if learn is not None:
-        out.update(learner_wall_s=statistics.median(learner_walls) if learner_walls else None,
-                   learner_steps=len(learner_walls),
-                   gather_wall_s=statistics.median(gathers) if gathers else None)
-    return out
-
-
-def shard_groups(cfg, results: List[Any]) -> List[List[Any]]:
-    """Rollout results as the shards :func:`measure_storage` writes: up to one round of actor tasks
-    each, fewer when that leaves under 3 shards."""
-    per = max(1, min(cfg.actors.num_actors, len(results) // 3))
-    return [results[i:i + per] for i in range(0, len(results), per)]
-
-
-def measure_storage(cfg, store, store_url: str, results: List[Any], shards: int) -> Dict[str, float]:
-    """Shard write, commit and the learner's cache refresh, per shard and per env step.
-
-    Shards hold up to one round of actor tasks, fewer when that leaves under 3
-    shards: the first shard pays one-off costs (opening the log, the cache's
-    first fill), which a run pays once, so the figures are medians over the
-    shards after it (the first alone if it is the only one).
-    """
-    from core.replay import ReplayCache
-    from pipelines.run import resume as resume_lib
-    from pipelines.run import stages
-    groups = shard_groups(cfg, results)[:shards]
-    cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
-    cost = {k: [] for k in ("write", "write_cpu", "commit", "commit_cpu", "refresh", "rows")}
-    for g, group in enumerate(groups):
-        sid = stages.shard_id_for(g)
-        ww, wc, info = timed(lambda: stages.write_shard_stage(store_url, sid, group, cfg.replay.writer_options()), 1)
-        kw, kc, _ = timed(lambda: stages.commit_stage(store, [sid]), 1)
-        # The learner stage refreshes its replay cache to the new shard before it trains on it.
-        rw, rc, _ = timed(lambda: resume_lib.refresh_cache(cache, store, g), 1)
-        for key, v in (("write", ww), ("write_cpu", wc), ("commit", kw + rw), ("commit_cpu", kc + rc),
-                       ("refresh", rw), ("rows", info["rows"])):
-            cost[key].append(v)
-    med = {k: statistics.median(v[1:] or v) for k, v in cost.items()}
-    rows = med["rows"]   # a shard's write and commit cost mostly per shard, not per row (small rows)
-    return {"write_s": med["write"] / rows, "write_cpu_s": med["write_cpu"] / rows,
-            "commit_s": med["commit"] / rows, "commit_cpu_s": med["commit_cpu"] / rows, "rows": sum(cost["rows"]),
-            "write_shard_s": med["write"], "commit_shard_s": med["commit"], "refresh_shard_s": med["refresh"],
-            "shards": len(groups)}
-
-
-def learner_sampler(cfg, builder, store):
-    """A sampler over every shard committed to ``store``, as the learner stage samples them."""
-    from core.replay import ReplayCache
-    cache = ReplayCache(store, max_transitions=cfg.replay.capacity)
-    cache.refresh()
-    return builder.make_sampler(cache, cfg.agent), cache
-
-
-def measure_learner(cfg, learner, sampler, cache, calls: int) -> Dict[str, float]:
-    """``learn_stage`` per learner step, after one warm-up call (tf.function tracing)."""
-    from pipelines.run import stages
-    rng = np.random.default_rng(cfg.seed)
-    n, batch = cfg.learner.steps_per_call, cfg.agent.batch_size
-    first, first_cpu, _ = timed(lambda: stages.learn_stage(learner, sampler, n, batch, rng), 1)
-    wall, cpu, _ = timed(lambda: stages.learn_stage(learner, sampler, n, batch, rng), calls)
-    # A call of a new shape traces tf.function again (once more with reduce_retracing, the
-    # shape-generalized trace): one-off costs the run pays at its first short call.
-    second = timed(lambda: stages.learn_stage(learner, sampler, n - 1, batch, rng), 1)[0] if n > 1 else wall
-    return {"wall_s": wall / n, "cpu_s": cpu / n, "batch_size": batch, "steps_per_call": n,
-            "trace_s": max(0.0, first - wall), "trace_cpu_s": max(0.0, first_cpu - cpu),
-            "retrace_s": max(0.0, second - wall * (n - 1) / n), "replay_rows": cache.size}
-
 
 def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_calls: int,
             dask: bool) -> Dict[str, Any]:
@@ -303,7 +96,7 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
     rollout_results: List[Any] = []
     payloads = {}
     # In-process costs first, one thread at a time (their wall / CPU gives the machine's load,
-    # benchmarks.actorq_model.contention); the Dask workers start only afterwards.
+    # benchmarks.studies.actorq_model.contention); the Dask workers start only afterwards.
     for p in precisions:
         version, payloads[p] = measure_version(model, p, calib, cfg.env.num_envs, cfg.threads.litert, repeats)
         inference = measure_inference(payloads[p], spec.obs_dim, sorted({1, cfg.env.num_envs}), 50,
@@ -325,103 +118,6 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
             measure_on_workers(cfg, builder, payloads, out, repeats, tasks, learn, store_url,
                                shard_groups(cfg, rollout_results)[0])
     return out
-
-
-def block_round_trip(client, actors: int, repeats: int = 20) -> Dict[str, float]:
-    """A block's task graph with no work in it: one task per actor on its worker and one task taking
-    all their results (the shard write). One task per actor: the gaps between an actor's chained tasks
-    are in ``rollout_parallel``'s ``chain_wall_s``. Medians over ``repeats`` of:
-
-    * ``dispatch_s``: first submit to the write's result held at the driver;
-    * ``submit_s``: the driver's own submit calls (its thread, so serial with its learner);
-    * ``gather_s``: fetching the finished write's result (the driver's thread, likewise).
-    """
-    import uuid
-    from distributed import wait
-    workers = _workers(client)
-    walls: Dict[str, List[float]] = {"dispatch_s": [], "submit_s": [], "gather_s": []}
-    for r in range(repeats):
-        tag = uuid.uuid4().hex[:8]
-        t0 = time.perf_counter()
-        parts = [client.submit(abs, -a, key=f"rt-{tag}-{a}", workers=[workers[a % len(workers)]], pure=False)
-                 for a in range(actors)]
-        write = client.submit(len, parts, key=f"rt-{tag}-w", pure=False)
-        t1 = time.perf_counter()
-        wait([write])
-        t2 = time.perf_counter()
-        write.result()
-        t3 = time.perf_counter()
-        walls["dispatch_s"].append(t3 - t0)
-        walls["submit_s"].append(t1 - t0)
-        walls["gather_s"].append(t3 - t2)
-    return {k: statistics.median(v) for k, v in walls.items()}
-
-
-def _workers(client) -> List[str]:
-    """The cluster's worker addresses, all of them (``scheduler_info()`` lists at most 5), waiting up
-    to 30 s for one: a run of this tool once read an empty worker list between two measurements."""
-    client.wait_for_workers(1, timeout=30)
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
-
-
-def first_shard_writes(client, store_url: str, group: List[Any], writer_options: Dict[str, Any]) -> float:
-    """Median over fresh workers of their first ``write_shard_stage`` (s, as the stage times itself).
-
-    A worker's first write imports the write engine (tensorstore, zarr): 1.19-1.27 s in an actor-bound
-    CartPole run against ~0.03 s for every later write (benchmarks/RESULTS.md), a one-off cost that the
-    in-process ``measure_storage``, whose process has imported them, never sees. Run before any other
-    task on the workers; the shards stay uncommitted (invisible) in the tool's scratch store.
-    """
-    from pipelines.run import stages
-    workers = _workers(client)
-    futures = [client.submit(stages.write_shard_stage, store_url, stages.shard_id_for(900_000 + i), group,
-                             writer_options, key=f"first-write-{i}", workers=[w], pure=False)
-               for i, w in enumerate(workers)]
-    return statistics.median(f.result()["write_s"] for f in futures)
-
-
-def measure_on_workers(cfg, builder, payloads: Dict[str, Any], out: Dict[str, Any], repeats: int,
-                       tasks: int, learn: Callable[[], None], store_url: str, group: List[Any]) -> None:
-    """Fresh workers' first shard write, then Dask scatter, parallel rollouts and co-run (rollouts beside
-    ``learn``) per precision, on a LocalCluster of the run's actor workers."""
-    from distributed import Client, LocalCluster
-    n = min(cfg.actors.num_actors, cfg.dask.n_workers or os.cpu_count() or 1)
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-    client = Client(cluster)
-    try:
-        out["storage"]["first_write_shard_s"] = first_shard_writes(client, store_url, group,
-                                                                   cfg.replay.writer_options())
-        from pipelines.run.plan import TrainingPlan
-        tasks_per_block = cfg.actors.num_actors * TrainingPlan.from_config(cfg).tasks_per_block
-        trip = block_round_trip(client, cfg.actors.num_actors)
-        out["storage"].update(dispatch_s=trip["dispatch_s"], dispatch_submit_s=trip["submit_s"],
-                              driver_gather_s=trip["gather_s"])
-        for p, payload in payloads.items():
-            def scatter():
-                fut = client.scatter(payload, broadcast=True, hash=False)
-                client.cancel(fut)
-            v = out["precisions"][p]["version"]
-            v["bcast_s"], v["bcast_cpu_s"], _ = timed(scatter, max(repeats, 3))
-            # Enough tasks for ~2-3 s of rollouts: short chains vary by tens of percent between
-            # measurements, and many learner steps must fit inside the co-run.
-            per_task = lambda r: r["wall_s"] * cfg.actors.steps_per_task * cfg.env.num_envs  # noqa: E731
-            par_tasks = min(500, max(tasks, int(2.0 / max(per_task(out["precisions"][p]["rollout"]), 1e-6))))
-            out["precisions"][p]["rollout_parallel"] = measure_rollouts_parallel(
-                cfg, builder, payload, client, par_tasks, f"costs-par-{p}")
-            # The driver submits a block's rollout tasks (the real call, measured above) and its write.
-            if p == next(iter(payloads)):
-                out["storage"]["driver_submit_s"] = (
-                    out["precisions"][p]["rollout_parallel"]["submit_s"] * (tasks_per_block + 1))
-            task_s = per_task(out["precisions"][p]["rollout_parallel"])
-            co_tasks = min(500, max(2 * tasks, int(3.0 / max(task_s, 1e-6))))
-            co = measure_rollouts_parallel(cfg, builder, payload, client, co_tasks, f"costs-co-{p}", learn)
-            out["precisions"][p]["corun"] = {"rollout_wall_s": co["wall_s"], "chain_wall_s": co["chain_wall_s"],
-                                             "learner_wall_s": co["learner_wall_s"],
-                                             "learner_steps": co["learner_steps"],
-                                             "gather_wall_s": co["gather_wall_s"]}
-    finally:
-        client.close()
-        cluster.close()
 
 
 # ----------------------------------------------------------------------- CLI

@@ -1,6 +1,6 @@
 """The cost model of an ActorQ run: whole-run env steps/s from measured per-step costs.
 
-:mod:`benchmarks.actorq_costs` measures the costs; this module turns them and a
+:mod:`benchmarks.studies.actorq_costs` measures the costs; this module turns them and a
 config into predictions (no measuring here, so it is exact arithmetic to test)::
 
     s = setting(cfg, cores=2)

@@ -1,7 +1,7 @@
 """A projection, labelled as one: predicted whole-run int8 speedup vs the actor share of wall time.
 
-From measured costs (``python -m benchmarks.actorq_costs --out COSTS``, fp32
-and an int8 precision) this plots what :mod:`benchmarks.actorq_model` predicts
+From measured costs (``python -m benchmarks.studies.actorq_costs --out COSTS``, fp32
+and an int8 precision) this plots what :mod:`benchmarks.studies.actorq_model` predicts
 beyond this machine, with measured runs overlaid:
 
 * left: speedup against the actor share ``f`` of an fp32 run's time, for the
@@ -15,7 +15,7 @@ beyond this machine, with measured runs overlaid:
 
 Usage::
 
-    python -m benchmarks.actorq_projection --costs benchmarks/results/actorq-costs-cartpole.json \\
+    python -m benchmarks.studies.actorq_projection --costs benchmarks/results/actorq-costs-cartpole.json \\
         --validation benchmarks/results/actorq-validation.json --out benchmarks/results/actorq-projection.png
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from benchmarks.actorq_model import steady_bounds
+from benchmarks.studies.actorq_model import steady_bounds
 
 
 def amdahl(f: np.ndarray, s: float) -> np.ndarray:

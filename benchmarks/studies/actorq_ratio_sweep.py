@@ -7,18 +7,18 @@ speedup the cost model predicts at that ratio. Lowering the ratio is the only le
 toward the actors (fewer learner steps per env step, the same network and target), so the sweep shows
 how far that lever goes before learning breaks.
 
-Reads the fp32 runs kept by ``python -m benchmarks.actorq_study --keep DIR`` (one folder per setting,
+Reads the fp32 runs kept by ``python -m benchmarks.studies.actorq_study --keep DIR`` (one folder per setting,
 ``<task>-<size>-<budget>[--<overrides>]``; a sweep point is made with ``--set
 learner.replay_ratio=R --set total_env_steps=N``), groups them by the replay ratio in their configs, and
 prints per ratio: seeds that reached the target, env steps and learner steps to target, wall time to
 target, and the fp32 runs' learner and actor shares of wall time (``summary.json`` ``wall_split``).
-With ``--costs`` (a ``benchmarks.actorq_costs --out`` file for the same config) each ratio also gets the
+With ``--costs`` (a ``benchmarks.studies.actorq_costs --out`` file for the same config) each ratio also gets the
 model's whole-run int8 speedup over fp32, played out to that ratio's median env steps to target; where a
 setting kept int8 runs too, their measured time-to-target ratio (median over seed pairs) stands beside it.
 
 Usage::
 
-    python -m benchmarks.actorq_ratio_sweep --keep benchmarks/results/actorq-study-runs \\
+    python -m benchmarks.studies.actorq_ratio_sweep --keep benchmarks/results/actorq-study-runs \\
         --task cartpole-dqn --size actorq --costs benchmarks/results/actorq-costs-cartpole.json \\
         --out benchmarks/results/actorq-ratio-sweep.png --json benchmarks/results/actorq-ratio-sweep.json
 """
@@ -51,7 +51,7 @@ def setting_dirs(keep: str, task: str, size: str) -> List[str]:
     """The kept setting folders of ``task`` at ``size`` (their names start ``<task>-<size>-``)."""
     if not os.path.isdir(keep):
         raise SweepError(f"--keep {keep!r} is not a directory; pass the folder given to "
-                         f"python -m benchmarks.actorq_study --keep")
+                         f"python -m benchmarks.studies.actorq_study --keep")
     prefix = f"{task}-{size}-"
     return sorted(os.path.join(keep, d) for d in os.listdir(keep)
                   if d.startswith(prefix) and os.path.isdir(os.path.join(keep, d)))
@@ -71,17 +71,17 @@ def load_points(keep: str, task: str, size: str) -> Dict[float, Dict[str, list]]
             points.setdefault(ratio, {}).setdefault(run.precision, []).append(run)
     if not points:
         raise SweepError(f"no kept runs of {task!r} at size {size!r} under {keep!r}; make them with "
-                         f"python -m benchmarks.actorq_study --to-target --tasks {task} --keep {keep}")
+                         f"python -m benchmarks.studies.actorq_study --to-target --tasks {task} --keep {keep}")
     return points
 
 
 def _predicted_speedup(costs: Dict[str, Any], config: Dict[str, Any], precision: str, cores: int,
                        env_steps: int) -> Optional[float]:
-    from benchmarks.actorq_model import predict, setting
+    from benchmarks.studies.actorq_model import predict, setting
     from core.config import from_dict
     if precision not in costs["precisions"] or "fp32" not in costs["precisions"]:
         raise SweepError(f"--costs has no {precision!r} or no fp32 costs; measure both with "
-                         f"python -m benchmarks.actorq_costs --precisions fp32 {precision}")
+                         f"python -m benchmarks.studies.actorq_costs --precisions fp32 {precision}")
     pred = predict(costs, setting(from_dict(config), cores), env_steps)
     return pred[precision]["run"]["speedup_vs_fp32"]
 
@@ -204,8 +204,8 @@ def plot(rows: Sequence[Dict[str, Any]], out: str, title: str) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from benchmarks.actorq_study import TASKS
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.actorq_ratio_sweep", description=__doc__.split("\n\n")[0],
+    from benchmarks.studies.actorq_study import TASKS
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.actorq_ratio_sweep", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", default="benchmarks/results/actorq-study-runs",
                     help="the actorq_study --keep folder holding the sweep's settings")
@@ -213,7 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--size", default="actorq", choices=["actorq", "actor-bound", "small"],
                     help="the study --size whose settings form the sweep")
     ap.add_argument("--costs", metavar="COSTS_JSON",
-                    help="a benchmarks.actorq_costs --out file of the same config: adds the model's speedup")
+                    help="a benchmarks.studies.actorq_costs --out file of the same config: adds the model's speedup")
     ap.add_argument("--precision", default="int8-dynamic", choices=["fp16", "int8-dynamic", "int8-full"],
                     help="the precision whose speedup over fp32 is predicted (and measured where kept)")
     ap.add_argument("--cores", type=int, default=2, help="cores for the model (default 2: this machine)")
@@ -227,7 +227,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 with open(args.costs) as f:
                     costs = json.load(f)["costs"]
             except (OSError, ValueError, KeyError) as e:
-                raise SweepError(f"--costs {args.costs!r} is not a benchmarks.actorq_costs --out file ({e})")
+                raise SweepError(f"--costs {args.costs!r} is not a benchmarks.studies.actorq_costs --out file ({e})")
         points = load_points(args.keep, args.task, args.size)
         rows = sweep_rows(points, costs, args.precision, args.cores)
         if not rows:
@@ -237,7 +237,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(markdown(rows, target))
         if args.out:
             plot(rows, args.out, f"ActorQ replay-ratio sweep: {any_run.task}, {args.size} size, target {target:g} "
-                                 f"({args.cores} cores; assumptions of the model: benchmarks/actorq_model.py)")
+                                 f"({args.cores} cores; assumptions of the model: benchmarks/studies/actorq_model.py)")
             print(f"plot: {args.out}")
         if args.json:
             with open(args.json, "w") as f:

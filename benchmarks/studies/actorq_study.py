@@ -27,11 +27,11 @@ codecarbon`` switches.
 
 Usage::
 
-    python -m benchmarks.actorq_study --quick --out /tmp/actorq-quick     # 1 seed, small budgets, ~10 min
-    python -m benchmarks.actorq_study --out /tmp/actorq                    # 3 seeds, ~1 hour on 2 cores
-    python -m benchmarks.actorq_study --size small --seeds 3 --out /tmp/aq-small
+    python -m benchmarks.studies.actorq_study --quick --out /tmp/actorq-quick     # 1 seed, small budgets, ~10 min
+    python -m benchmarks.studies.actorq_study --out /tmp/actorq                    # 3 seeds, ~1 hour on 2 cores
+    python -m benchmarks.studies.actorq_study --size small --seeds 3 --out /tmp/aq-small
     # the target-reaching study, kept per seed so it can grow over several sessions:
-    python -m benchmarks.actorq_study --to-target --out /tmp/aq --keep benchmarks/results/actorq-study-runs
+    python -m benchmarks.studies.actorq_study --to-target --out /tmp/aq --keep benchmarks/results/actorq-study-runs
 """
 from __future__ import annotations
 
@@ -39,15 +39,16 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from typing import Dict, List
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:   # run as a script or imported by tests: this checkout's core/benchmarks
     sys.path.insert(0, REPO)
+
+from benchmarks.common import git_state, machine_info, slug  # noqa: E402
 
 #: task -> {size: (config, env-step budget full, env-step budget quick)}
 TASKS: Dict[str, Dict[str, tuple]] = {
@@ -62,17 +63,6 @@ TASKS: Dict[str, Dict[str, tuple]] = {
 PRECISIONS = ("fp32", "int8-dynamic")
 
 
-def machine_info() -> Dict[str, object]:
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "loadavg": os.getloadavg()}
-
-
 EPILOG = """
 records:
   With --keep DIR every seed whose precisions all finished is kept as small report records (config,
@@ -84,10 +74,10 @@ records:
   configs differ (a config edited between sessions) by naming the keys.
 
 examples:
-  python -m benchmarks.actorq_study --quick --out /tmp/actorq-quick
-  python -m benchmarks.actorq_study --to-target --tasks cartpole-dqn --seeds 3 --out /tmp/aq \\
+  python -m benchmarks.studies.actorq_study --quick --out /tmp/actorq-quick
+  python -m benchmarks.studies.actorq_study --to-target --tasks cartpole-dqn --seeds 3 --out /tmp/aq \\
       --keep benchmarks/results/actorq-study-runs
-  python -m benchmarks.actorq_study --to-target --tasks cartpole-dqn --seeds 3 --out /tmp/aq-r0.125 \\
+  python -m benchmarks.studies.actorq_study --to-target --tasks cartpole-dqn --seeds 3 --out /tmp/aq-r0.125 \\
       --keep benchmarks/results/actorq-study-runs --set learner.replay_ratio=0.125
 """
 
@@ -128,13 +118,13 @@ def budget_for(task: str, size: str, quick: bool, to_target: bool, extra: List[s
 
 def study_label(task: str, size: str, budget: int, extra: List[str]) -> str:
     """Name of one study setting (task, size, budget, overrides): the kept records' folder."""
-    from benchmarks.suite_runs import _slug    # the learning suite's run-directory names, the same way
-    slug = _slug("--".join(x for x in extra if not x.startswith("total_env_steps=")))
-    return f"{task}-{size}-{budget}" + (f"--{slug}" if slug else "")
+    # the learning suite's run-directory names, the same way
+    label = slug("--".join(x for x in extra if not x.startswith("total_env_steps=")))
+    return f"{task}-{size}-{budget}" + (f"--{label}" if label else "")
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.actorq_study", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.actorq_study", description=__doc__.split("\n\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory (runs/ and report/ inside)")
     p.add_argument("--quick", action="store_true", help="1 seed and small budgets (~10 min)")
@@ -169,7 +159,6 @@ def main(argv=None) -> int:
             return 2
     os.makedirs(args.out, exist_ok=True)
     from core import report as report_lib
-    from benchmarks.suite_runs import git_state
     commit, dirty = git_state()
     study = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "machine": machine_info(),
              "argv": sys.argv, "size": args.size, "quick": args.quick, "seeds": seeds, "commit": commit,

@@ -3,9 +3,9 @@
 For each setting (a config plus overrides: replay ratio, learner batch, envs
 per actor, precision) this runs, one after the other in fresh processes:
 
-1. ``python -m benchmarks.actorq_costs --quick`` for the setting (its costs,
+1. ``python -m benchmarks.studies.actorq_costs --quick`` for the setting (its costs,
    measured now, at the machine's load now), which predicts the run
-   (``benchmarks.actorq_model``: the block pipeline, ``prediction[p]["run"]``);
+   (``benchmarks.studies.actorq_model``: the block pipeline, ``prediction[p]["run"]``);
 2. ``python -m pipelines.train`` of the setting, evaluations off (the model
    ignores them), then reads its ``schedule`` record and ``wall_split``.
 
@@ -16,9 +16,9 @@ Load averages before and after each step are recorded: the machine is shared.
 
 Usage::
 
-    python -m benchmarks.actorq_validate --out benchmarks/results/actorq-validation.json
-    python -m benchmarks.actorq_validate --only 0 3 --out /tmp/v.json        # a subset of SETTINGS
-    python -m benchmarks.actorq_validate --scale 4 --out /tmp/v4.json        # every run 4x longer
+    python -m benchmarks.studies.actorq_validate --out benchmarks/results/actorq-validation.json
+    python -m benchmarks.studies.actorq_validate --only 0 3 --out /tmp/v.json        # a subset of SETTINGS
+    python -m benchmarks.studies.actorq_validate --scale 4 --out /tmp/v4.json        # every run 4x longer
 
 ``--scale K`` multiplies every setting's ``total_env_steps`` by K: the same
 regimes with K times the blocks, so start-up (first traces, each worker's
@@ -37,7 +37,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = "configs/actorq/cartpole-dqn.yaml"
 
 #: (name, config, precision, overrides): learner-bound first, actor-bound last (ActorQ-size policy throughout).
@@ -85,7 +85,7 @@ def validate_one(name: str, config: str, precision: str, overrides: List[str], t
     sets = [*overrides, *COMMON, f"actors.precision={precision}"]
     costs_json, run_dir = os.path.join(tmp, "costs.json"), os.path.join(tmp, "run")
     row: Dict[str, Any] = {"name": name, "config": config, "precision": precision, "overrides": overrides}
-    row["costs_call"] = _call(["-m", "benchmarks.actorq_costs", "--config", config, "--quick",
+    row["costs_call"] = _call(["-m", "benchmarks.studies.actorq_costs", "--config", config, "--quick",
                                "--cores", str(cores), "--precisions", precision, "--out", costs_json,
                                *_sets(sets)], timeout)
     row["run_call"] = _call(["-m", "pipelines.train", "--config", config, "--run-dir", run_dir, "--no-progress",
@@ -133,7 +133,7 @@ def run_costs(row: Dict[str, Any]) -> Dict[str, Any]:
 
 def structure_check(row: Dict[str, Any]) -> float:
     """Env steps/s the model predicts from the run's own per-stage costs (:func:`run_costs`)."""
-    from benchmarks.actorq_model import simulate
+    from benchmarks.studies.actorq_model import simulate
     rc = run_costs(row)
     s = dict(row["setting"], cores=10 ** 6)       # contention off: the run's costs already carry it
     return simulate(rc["precisions"][row["precision"]], rc["storage"], rc["learner"], s,
@@ -147,7 +147,7 @@ def with_run_load(row: Dict[str, Any]) -> float:
     and after the run, less the run's own busy threads as the plain prediction
     had them (``W u_actors + u_learner``).
     """
-    from benchmarks.actorq_model import simulate
+    from benchmarks.studies.actorq_model import simulate
     p, c, s = row["precision"], row["costs"], row["setting"]
     run = row["predicted"]["run"]
     own = min(s["num_actors"], s["workers"]) * run["utilization"]["actors"] + run["utilization"]["learner"]
@@ -217,7 +217,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows.append(validate_one(name, config, precision, overrides, tmp, args.cores, args.timeout))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     record = {"schema": "databloom.actorq_validation/1", "started": started, "cores": args.cores,
-              "command": "python -m benchmarks.actorq_validate " + " ".join(argv or sys.argv[1:]),
+              "command": "python -m benchmarks.studies.actorq_validate " + " ".join(argv or sys.argv[1:]),
               "cpu_count": os.cpu_count(), "rows": rows}
     with open(args.out, "w") as f:
         json.dump(record, f, indent=2)

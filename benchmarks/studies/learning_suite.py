@@ -1,6 +1,6 @@
 """The learning suite: every shipped config x several seeds -> one JSON, a table and curves.
 
-``python -m benchmarks.learning_suite`` trains each selected config for each
+``python -m benchmarks.studies.learning_suite`` trains each selected config for each
 seed, every run a fresh ``python -m pipelines.train --config C --seed S
 --run-dir DIR`` subprocess, one at a time (the machine has 2 cores), and
 appends one record per run to ``benchmarks/results/learning-suite.json``
@@ -22,11 +22,11 @@ vs env steps and vs wall time) with :mod:`core.report`.
 
 Usage::
 
-    python -m benchmarks.learning_suite --quick       # default + cartpole-vtrace, 2 seeds, small budgets
-    python -m benchmarks.learning_suite               # every shipped config: 5 seeds, configs/default.yaml 10
-    python -m benchmarks.learning_suite --resume      # continue: skip runs already recorded for this commit
-    python -m benchmarks.learning_suite --configs 'configs/actorq/*' --seeds 3
-    python -m benchmarks.learning_suite --render-only # table and PNGs from the JSON, no training
+    python -m benchmarks.studies.learning_suite --quick       # default + cartpole-vtrace, 2 seeds, small budgets
+    python -m benchmarks.studies.learning_suite               # every shipped config: 5 seeds, configs/default.yaml 10
+    python -m benchmarks.studies.learning_suite --resume      # continue: skip runs already recorded for this commit
+    python -m benchmarks.studies.learning_suite --configs 'configs/actorq/*' --seeds 3
+    python -m benchmarks.studies.learning_suite --render-only # table and PNGs from the JSON, no training
 """
 from __future__ import annotations
 
@@ -40,11 +40,12 @@ import shutil
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:   # run as a script or imported by tests: this checkout's core/pipelines/benchmarks
     sys.path.insert(0, REPO)
 
-from benchmarks.suite_runs import EtaModel, PlannedRun, git_state, run_one  # noqa: E402
+from benchmarks.common import git_state  # noqa: E402
+from benchmarks.studies.suite_runs import EtaModel, PlannedRun, run_one  # noqa: E402
 from pipelines.cli import cli_errors  # noqa: E402
 
 DEFAULT_CONFIG = "configs/default.yaml"
@@ -83,15 +84,15 @@ quick:
   the single-seed timings in benchmarks/RESULTS.md; not yet measured).
 
 examples:
-  python -m benchmarks.learning_suite --quick
-  python -m benchmarks.learning_suite --resume --prune
-  python -m benchmarks.learning_suite --configs configs/default.yaml --seeds 1 --set total_env_steps=2048
-  python -m benchmarks.learning_suite --exclude configs/pong-vtrace.yaml --dry-run
+  python -m benchmarks.studies.learning_suite --quick
+  python -m benchmarks.studies.learning_suite --resume --prune
+  python -m benchmarks.studies.learning_suite --configs configs/default.yaml --seeds 1 --set total_env_steps=2048
+  python -m benchmarks.studies.learning_suite --exclude configs/pong-vtrace.yaml --dry-run
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.learning_suite", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.learning_suite", description=__doc__.split("\n\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", metavar="PATTERN", help="run only these configs (see selection)")
     p.add_argument("--exclude", nargs="+", metavar="PATTERN", default=[], help="leave these configs out")

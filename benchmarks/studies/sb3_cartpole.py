@@ -1,6 +1,6 @@
 """One Stable-Baselines3 run on CartPole-v1 with RL-Zoo settings, timed from process start (for time_to_solve).
 
-``python benchmarks/sb3_cartpole.py --algo dqn|ppo --seed S [--eval-every N] [--confirm-episodes N]``
+``python benchmarks/studies/sb3_cartpole.py --algo dqn|ppo --seed S [--eval-every N] [--confirm-episodes N]``
 prints one JSON line: ``time_to_target_s`` (from this process's start,
 imports included), ``env_steps_to_target``, ``final_return``, ``env_steps``,
 ``curve`` (``[env steps, seconds from process start, mean return]`` per

@@ -29,17 +29,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.common import REPO, machine_info, slug
+
 #: metrics.jsonl record kinds whose ``step`` counts env steps (learner/broadcast records count learner steps)
 ENV_STEP_KINDS = frozenset({"commit", "eval", "policy_lag", "workers", "round", "inference", "summary"})
 #: seconds a run spends before its first env step (imports, cluster start-up), for estimates before any run ended
 STARTUP_GUESS_S = 10.0
 #: seconds between plain progress lines (no progress bar)
 PLAIN_EVERY_S = 60.0
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "._=" else "-" for c in text).strip("-")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +63,7 @@ class PlannedRun:
         return " ".join((self.config,) + self.overrides)
 
     def run_dir(self, runs_dir: str, commit: str) -> str:
-        return os.path.abspath(os.path.join(runs_dir, commit[:12], _slug(self.label), f"seed-{self.seed}"))
+        return os.path.abspath(os.path.join(runs_dir, commit[:12], slug(self.label), f"seed-{self.seed}"))
 
     def command(self, run_dir: str) -> List[str]:
         cmd = [sys.executable, "-m", "pipelines.train", "--config", self.config, "--seed", str(self.seed),
@@ -74,32 +71,6 @@ class PlannedRun:
         for item in self.overrides:
             cmd += ["--set", item]
         return cmd
-
-
-#: Pathspec of the suite's own outputs (records, table, PNGs), left out of the dirty check.
-OWN_OUTPUT = "benchmarks/results/learning-suite*"
-
-
-def git_state() -> tuple:
-    """``(HEAD commit, whether the tree has uncommitted changes)``; ``("unknown", True)`` outside git."""
-    try:
-        sha = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             check=True).stdout.strip()
-        # the suite's own records and report change while it runs: they do not make a tree dirty
-        dirty = bool(subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no", "--",
-                                     ".", f":(exclude){OWN_OUTPUT}"],
-                                    capture_output=True, text=True, check=True).stdout.strip())
-        return sha, dirty
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown", True
-
-
-def machine_info() -> Dict[str, Any]:
-    """CPU model, core count, Python and platform (load is recorded per run)."""
-    from benchmarks.actorq_study import machine_info as study_machine_info
-    info = study_machine_info()
-    info.pop("loadavg", None)
-    return info
 
 
 class MetricsTail:
@@ -237,7 +208,7 @@ def run_one(run: PlannedRun, run_dir: str, commit: str, dirty: bool, timeout: Op
                    curve=[], error=f"timed out after {timeout:g} s" if rc is None else _last_line(log_path))
     rec.update(returncode=rc, process_wall_s=wall, git_commit=commit, git_dirty=dirty,
                date=started,
-               machine=machine_info(), loadavg_before=load_before, loadavg_after=os.getloadavg()[0],
+               machine=machine_info(with_load=False), loadavg_before=load_before, loadavg_after=os.getloadavg()[0],
                command=shlex.join(["python"] + cmd[1:]), run_dir=run_dir, log=log_path)
     return rec
 

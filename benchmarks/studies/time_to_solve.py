@@ -6,7 +6,7 @@ Systems, each run in a fresh process whose clock starts at process start
 * ``databloom``: ``python -m pipelines.train --seed S`` (configs/default.yaml:
   double DQN, int8 actors on Dask), read from the run's summary.json;
 * ``sb3-dqn`` / ``sb3-ppo``: Stable-Baselines3 with the rl-baselines3-zoo
-  CartPole-v1 settings (``benchmarks/sb3_cartpole.py``; PPO on 8 envs), which
+  CartPole-v1 settings (``benchmarks/studies/sb3_cartpole.py``; PPO on 8 envs), which
   need ``pip install -e ".[bench]"``.
 
 For each seed the systems run back to back, the order rotated by the seed
@@ -23,8 +23,8 @@ reached it counts as infinitely slow, see ``core.report.median_to_target``),
 median final return. Writes ``--out`` (JSON, every run) and the markdown table
 beside it (``.md``).
 
-    python benchmarks/time_to_solve.py                       # 5 seeds x 3 systems (est. 15-25 min, quiet 2 cores)
-    python benchmarks/time_to_solve.py --systems databloom --seeds 3 --executor local
+    python benchmarks/studies/time_to_solve.py                       # 5 seeds x 3 systems (est. 15-25 min, quiet 2 cores)
+    python benchmarks/studies/time_to_solve.py --systems databloom --seeds 3 --executor local
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -94,8 +94,8 @@ def run_databloom(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def sb3_command(algo: str, seed: int, args: argparse.Namespace) -> List[str]:
-    return [sys.executable, os.path.join(ROOT, "benchmarks", "sb3_cartpole.py"), "--algo", algo, "--seed", str(seed),
-            "--eval-every", str(args.eval_every), "--confirm-episodes", str(args.confirm_episodes),
+    return [sys.executable, os.path.join(ROOT, "benchmarks", "studies", "sb3_cartpole.py"), "--algo", algo,
+            "--seed", str(seed), "--eval-every", str(args.eval_every), "--confirm-episodes", str(args.confirm_episodes),
             "--torch-threads", str(args.torch_threads)]
 
 
@@ -185,7 +185,7 @@ def goal_lines(rows: Sequence[Dict[str, Any]]) -> List[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python benchmarks/time_to_solve.py", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python benchmarks/studies/time_to_solve.py", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=5, metavar="N", help="seeds 0..N-1 per system (default 5)")
@@ -210,10 +210,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.seeds < 1 or args.eval_every < 1 or args.confirm_episodes < 0:
         raise ConfigError("--seeds and --eval-every must be >= 1 and --confirm-episodes >= 0")
     check_sb3(args.systems)
-    from benchmarks.suite_runs import git_state, machine_info
+    from benchmarks.common import git_state, machine_info
     commit, dirty = git_state()
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "git_commit": commit, "git_dirty": dirty, "machine": machine_info(), "argv": sys.argv[1:],
+              "git_commit": commit, "git_dirty": dirty, "machine": machine_info(with_load=False), "argv": sys.argv[1:],
               "eval": {"every_env_steps": args.eval_every, "episodes": 20, "confirm_episodes": args.confirm_episodes,
                        "target": TARGET}, "runs": []}
     for seed in range(args.seeds):

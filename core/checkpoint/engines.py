@@ -8,7 +8,7 @@ group documents, so no engine can create the commit marker early.
 * :class:`TensorstoreWriter` is used for local paths. tensorstore encodes
   and writes chunks on its own C++ thread pools (no GIL), sized by
   ``max_workers``, and fsyncs every chunk. On the 2-vCPU dev machine
-  (benchmarks/checkpoint_bench.py, tmpfs, 200 MB) it scaled 1.4-1.7x from 1
+  (benchmarks/micro/checkpoint_bench.py, tmpfs, 200 MB) it scaled 1.4-1.7x from 1
   to 2 workers where zarr-python scaled 1.03-1.07x, and wrote 1.3-2x faster
   than zarr-python with 2 workers (shared, loaded machine: noisy).
 * :class:`DaskWriter` (``engine="dask"``) writes each array's chunks on Dask

@@ -62,7 +62,7 @@ Unscheduled (tests, benchmarks), every task runs at once with the newest
 ``stats()["step_ms"]`` says where a request's time goes on the server (ms
 per request, :data:`PHASES`); the actor's own ``step_ms`` adds its side, and
 the difference of the two round trips is gRPC and the transport
-(``python -m benchmarks.seed_inference --profile``).
+(``python -m benchmarks.micro.seed_inference --profile``).
 
 **Actor states** (``capture_every``, ``resume_points``; :mod:`core.inference.states`): the
 reply to the last step of a plan block's last task asks the actor for its
