@@ -75,6 +75,7 @@ setup(
         "dmc": DMC,
         "dataflow": DATAFLOW,
         "s3": S3,
+        "gcs": ["gcsfs"],           # gs:// run directories (core.urls); gcsfs pins the matching fsspec
         "rlds": RLDS,
         "eit": EIT,
         "carbon": ["codecarbon>=3.3"],

@@ -13,7 +13,11 @@ Every CLI's ``main`` is wrapped by :func:`cli_errors`, once:
 
 Output locations are checked before long work (:func:`check_output_file`,
 :func:`check_creatable_dir`), so an unwritable ``--export`` fails in a second,
-not after the evaluation.
+not after the evaluation. Every run directory, store or dataset argument goes
+through :func:`check_locations` first: a malformed one (``gs://``, ``s3:/b``,
+``hdfs://x``) is refused before anything slow is imported or anything written,
+and an object store that cannot be used is refused within
+``core.urls.PROBE_TIMEOUT_S``.
 
 Example::
 
@@ -122,8 +126,15 @@ def check_output_file(path: Optional[str], what: str) -> None:
 
 
 def check_creatable_dir(path: str, what: str) -> None:
-    """Check that the local directory ``path`` exists or can be created there, writing nothing that stays."""
+    """Check that the local directory ``path`` exists or can be created there, writing nothing that stays.
+
+    A URL, or a path that looks like one (``gs:/x``), is refused: this output is local only.
+    """
+    from core import urls
     from core.config import ConfigError
+    check_locations((what, path), probe=False)
+    if urls.scheme_of(urls.parse(path)) != "file":
+        raise ConfigError(f"{what} {path!r} is a URL; valid: a local directory")
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{what} {path!r} is a file; valid: a directory (existing or new)")
     ancestor = os.path.abspath(path)
@@ -132,6 +143,31 @@ def check_creatable_dir(path: str, what: str) -> None:
     if not os.path.isdir(ancestor):
         raise ConfigError(f"{what} {path!r} is under the file {ancestor!r}; valid: a directory (existing or new)")
     _probe_write(ancestor, what, path)
+
+
+def check_locations(*named: Tuple[str, Optional[str]], probe: bool = True) -> None:
+    """Refuse each malformed ``(what, location)`` at once, then (``probe``) each unusable object store.
+
+    Every location is parsed (:func:`core.urls.parse`) before any is probed, so a typo costs no
+    network wait; ``None`` means not given. Errors are one-line ``LocationError``s naming ``what``.
+
+    Example::
+
+        check_locations(("--run-dir", args.run_dir), ("--resume", args.resume), probe=False)
+    """
+    from core import urls
+    given = [(what, value) for what, value in named if value is not None]
+    for what, value in given:
+        try:
+            urls.parse(value)
+        except urls.LocationError as e:
+            raise urls.LocationError(f"{what} {e}") from None
+    if probe:
+        for what, value in given:
+            try:
+                urls.probe(value)
+            except urls.LocationError as e:
+                raise urls.LocationError(f"{what} {e}") from None
 
 
 def print_table(header: Sequence[str], rows: List[Sequence[object]], file=None) -> None:

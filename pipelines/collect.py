@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from pipelines.cli import check_creatable_dir, cli_errors, print_table
+from pipelines.cli import check_creatable_dir, check_locations, cli_errors, print_table
 from pipelines.evaluate import policy_payload
 
 
@@ -66,7 +66,7 @@ def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynami
     from core.replay import ReplayStore
     from core.rollout import ActorSpec
     from pipelines.run import stages
-    from pipelines.executors import make_executor
+    from pipelines.executors.factory import make_executor
     check_options(episodes, epsilon, num_actors, num_envs, steps_per_task, seed)
     out = urls.normalize(out)
     fs, path = urls.resolve(out)
@@ -142,6 +142,7 @@ def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynami
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     a = build_parser().parse_args(argv)
+    check_locations(("RUN_DIR", a.run_dir), ("--out", a.out))
     summary = collect(a.run_dir, a.episodes, a.out, a.precision, a.executor, a.checkpoint, a.epsilon,
                       a.num_actors, a.num_envs, a.steps_per_task, a.seed)
     print_table(["", ""], [[k, f"{v:.1f}" if isinstance(v, float) else v] for k, v in summary.items()])

@@ -20,7 +20,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from pipelines.cli import check_output_file, cli_errors, print_table
+from pipelines.cli import check_locations, check_output_file, cli_errors, print_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +115,7 @@ def check_args(args: argparse.Namespace) -> None:
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    check_locations(("RUN_DIR", args.run_dir))
     check_args(args)
     from core.policy_evaluation import evaluate_payload
     cfg, builder, payload, label = policy_payload(args.run_dir, args.checkpoint, args.precision, args.seed + 1)

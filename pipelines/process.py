@@ -29,7 +29,7 @@ import os
 import sys
 from typing import List, Optional
 
-from pipelines.cli import check_output_file, cli_errors, print_table
+from pipelines.cli import check_locations, check_output_file, cli_errors, print_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
     check_dask_address(args.dask_address, "--dask-address")   # a typo: one line, before any engine
     # A bad, empty, damaged-log or lost-chunk store fails here, in one line, before an engine starts.
     shards.verify_snapshot(*shards.open_snapshot(args.store, args.version))
-    from pipelines.executors import make_pass_executor
+    from pipelines.executors.factory import make_pass_executor
     with contextlib.closing(make_pass_executor(args.executor, pipeline_args, args.dask_address)) as engine:
         if args.command == "stats":
             result = stats.compute_stats(engine, args.store, args.version, bins=args.bins)
@@ -162,6 +162,7 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args, pipeline_args = build_parser().parse_known_args(argv)
+    check_locations(("STORE", args.store), ("--out", getattr(args, "out", None)))
     if args.command == "repair":  # no engine: a few small reads and deletes
         if pipeline_args:
             from core.dataset.errors import DatasetError

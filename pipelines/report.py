@@ -16,17 +16,18 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pipelines.cli import check_creatable_dir, cli_errors
+from pipelines.cli import check_creatable_dir, check_locations, cli_errors
 
 
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
-    from core import report as report_lib
     p = argparse.ArgumentParser(prog="python -m pipelines.report", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (local paths or URLs)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory for report.md and PNGs")
     args = p.parse_args(argv)
+    check_locations(*(("RUN_DIR", run_dir) for run_dir in args.run_dirs))
     check_creatable_dir(args.out, "--out")   # before reading every run
+    from core import report as report_lib
     try:
         result = report_lib.write_report(report_lib.load_runs(args.run_dirs), args.out)
     except report_lib.ReportError as e:

@@ -24,7 +24,7 @@ import os
 import sys
 from typing import List, Optional
 
-from pipelines.cli import Interrupted, cli_errors, print_table
+from pipelines.cli import Interrupted, check_locations, cli_errors, print_table
 
 HELP_EPILOG = """
 run directory layout:
@@ -176,7 +176,7 @@ def _train_locked(cfg, run_dir: str, progress: bool, resume: bool, pipeline_args
         from pipelines.beam.rounds import train_in_rounds
         return train_in_rounds(cfg, run_dir, pipeline_args or [], progress=progress, resume=resume)
     from pipelines.run.driver import Trainer
-    from pipelines.executors import run_with_executor
+    from pipelines.executors.factory import run_with_executor
     return run_with_executor(Trainer, cfg, run_dir, progress, resume)
 
 
@@ -203,8 +203,13 @@ def print_summary(summary: dict) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     # Unknown options are Beam pipeline options (--runner, --project, ...): passed through untouched.
     args, pipeline_args = build_parser().parse_known_args(argv)
+    # A malformed URL: one line at once; an object store that does not answer: one line within seconds.
+    check_locations(("--run-dir", args.run_dir), ("--resume", args.resume),
+                    ("--offline-dataset", args.offline_dataset))
     cfg = resolve_config(args)                    # every value range-checked: nothing written yet
     run_dir = args.resume or args.run_dir or cfg.run_dir or default_run_dir(cfg.name)
+    if run_dir == cfg.run_dir and run_dir not in (args.resume, args.run_dir):
+        check_locations(("the config's run_dir", run_dir))
     try:   # train() locks run_dir first: a directory in use is refused with nothing written
         summary = train(cfg, run_dir, progress=not args.no_progress, resume=bool(args.resume),
                         pipeline_args=pipeline_args, offline_dataset=args.offline_dataset)

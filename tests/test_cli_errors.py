@@ -153,8 +153,9 @@ def test_run_dir_that_cannot_be_written(tmp_path, capsys, a_file, request, where
 
 def test_run_dir_with_an_unsupported_scheme(capsys):
     assert _main("train")(["--executor", "local", "--run-dir", "foo://x/run", "--no-progress"]) == 2
-    assert _one_error(capsys) == ("error: unsupported URL scheme 'foo' in 'foo://x/run'; valid: local path or "
-                                  "file://, memory://, gs://, gcs://, s3://")
+    assert _one_error(capsys) == ("error: --run-dir 'foo://x/run' has the unsupported URL scheme 'foo' (supported: "
+                                  "file://, memory://, gs://, gcs://, s3://); valid: a local path, file:///ABS/PATH, "
+                                  "memory://NAME, s3://BUCKET/PATH or gs://BUCKET/PATH")
 
 
 @pytest.mark.parametrize("where, fragment", [
