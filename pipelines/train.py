@@ -114,15 +114,6 @@ def check_pipeline_args(cfg, pipeline_args: List[str], offline_dataset: Optional
                           f"(pipeline options pass through only with --executor beam)")
 
 
-def check_new_run_dir(run_dir: str) -> None:
-    """A new run never reuses a directory that holds one (its shard ids and config would clash)."""
-    from core import config as config_lib
-    from core import urls
-    fs, path = urls.resolve(run_dir)
-    if fs.exists(f"{path}/config.json"):
-        raise config_lib.ConfigError(f"{run_dir} already holds a run; valid: --resume {run_dir}, or a new --run-dir")
-
-
 def interrupt_message(run_dir: str) -> str:
     """The one line printed on Ctrl-C: how to resume, or why there is nothing to resume yet."""
     from core import urls
@@ -157,10 +148,10 @@ def train(cfg, run_dir: str, progress: bool = True, resume: bool = False,
     (``RunDirInUse``) without writing anything.
     """
     from core.run_lock import RunLock
+    from pipelines.run.setup import check_run_dir
     check_pipeline_args(cfg, pipeline_args or [], offline_dataset)
     with RunLock(run_dir):
-        if not resume:
-            check_new_run_dir(run_dir)
+        check_run_dir(run_dir, resume)     # a new run never reuses a directory that holds one
         return _train_locked(cfg, run_dir, progress, resume, pipeline_args, offline_dataset)
 
 

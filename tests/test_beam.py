@@ -20,18 +20,11 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 from core import config as config_lib  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from core.rollout import ActorSpec  # noqa: E402
-from pipelines.beam import policy_files, rounds  # noqa: E402
+from pipelines.beam import policy_files  # noqa: E402
 from pipelines.executors import beam as beam_executor  # noqa: E402
 
 DATAFLOW_ARGS = ["--runner", "DataflowRunner", "--project", "my-project", "--region", "europe-west4",
                  "--temp_location", "gs://my-bucket/tmp", "--job_name", "databloom-test"]
-
-
-def _plan(run_dir, round_index=0, evaluate=False, num_actors=2):
-    specs = tuple(ActorSpec("test-run", "CartPole-v1", 4, 0, a) for a in range(num_actors))
-    return rounds.RoundPlan(run_dir, round_index, specs, tuple({"epsilon": 0.5} for _ in specs),
-                            steps_per_task=16, actors_per_shard=1, policy_version=round_index + 1,
-                            evaluate=evaluate, eval_args=("CartPole-v1", 4, 123, None, "epsilon_greedy", 475.0, 0))
 
 
 def _tiny_config(**overrides):
@@ -60,13 +53,6 @@ def _fake_payload(nbytes, version=1):
     """A PolicyPayload of ``nbytes`` random bytes (an ActorQ-size flatbuffer, for graph-size tests)."""
     from core.quantize import PolicyPayload
     return PolicyPayload(version, "int8-dynamic", os.urandom(nbytes), 0.0, 4, 2)
-
-
-@pytest.fixture(scope="module")
-def payload():
-    from core.networks import mlp
-    from core.quantize import PolicyQuantizer
-    return PolicyQuantizer("fp32").quantize(mlp(4, [16], 2, name="q", seed=0), version=1)
 
 
 # -- options ---------------------------------------------------------------------------------
@@ -119,68 +105,45 @@ def test_cli_rejects_local_run_dir_before_anything_starts(tmp_path, capsys):
 
 
 # -- Dataflow translation (no submission) ----------------------------------------------------
-def _round_pipeline(options, plan=None):
-    # Runner-independent construction: the same graph every runner receives.
-    pipeline = beam.Pipeline(runner="DirectRunner", options=options)
-    rounds.build_round(pipeline, plan or _plan("gs://my-bucket/runs/a", evaluate=True))
-    return pipeline
-
-
-def test_round_pipeline_translates_to_runner_api_for_dataflow():
+def test_block_round_translates_to_runner_api_for_dataflow():
+    """The round pipeline of plan blocks (runner-independent construction: the graph every runner receives)."""
+    from pipelines.beam.graph import build_block_round
     options = beam_executor.pipeline_options(DATAFLOW_ARGS, "gs://my-bucket/runs/a")
-    proto = _round_pipeline(options).to_runner_api()
+    pipeline = beam.Pipeline(runner="DirectRunner", options=options)
+    build_block_round(pipeline, _block_run("gs://my-bucket/runs/a", total_env_steps=8 * 128), 0, 0, 3)
+    proto = pipeline.to_runner_api()
     names = {t.unique_name for t in proto.components.transforms.values()}
-    for step in ["Policy", "Publish", "CreateTasks", "RollOut/Reshuffle", "RollOut/StepEnvs", "WriteShards/GroupShards",
-                 "WriteShards/Write", "CommitShards/ToList", "CommitShards/Commit", "Evaluate"]:
+    for step in ["CreateActors", "Reshuffle", "LoadActors", "RollOut0", "Write0", "Commit0", "Learn0", "Evaluate0",
+                 "RollOut3", "Learn3", "RoundEnd"]:
         assert step in names, (step, sorted(names))
     assert any("GroupByKey" in t.spec.urn or t.spec.urn.endswith("group_by_key:v1")
                for t in proto.components.transforms.values())
-
-
-def test_round_pipeline_translates_to_a_dataflow_job_request():
-    """DataflowRunner with --dry_run builds the job request (docker env, staged setup.py) and sends nothing."""
-    pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
-    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
-    args = DATAFLOW_ARGS + ["--dry_run=True", "--no_auth", "--sdk_location=container"]
-    options = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
-    pipeline = beam.Pipeline(runner=DataflowRunner(), options=options)
-    rounds.build_round(pipeline, _plan("gs://my-bucket/runs/a", evaluate=True))
-    job = pipeline.run().job                       # dry run: translated, not submitted
-    assert job.proto.name == "databloom-test"
-    envs = list(job.proto_pipeline.components.environments.values())
-    assert envs and all(e.urn == "beam:env:docker:v1" for e in envs)
-    top = {t.unique_name for t in job.proto_pipeline.components.transforms.values() if "/" not in t.unique_name}
-    assert {"CreateTasks", "RollOut", "WriteShards", "CommitShards", "Evaluate"} <= top
-    assert job.options.view_as(SetupOptions).setup_file == beam_executor.SETUP_PY
 
 
 # -- the policy travels by path, never in the job graph --------------------------------------
 ACTORQ_INT8_BYTES = 8_600_000     # ActorQ's 3 x 2048 MLP at int8 (fp32: 34 MB)
 
 
-def test_round_graph_does_not_embed_the_policy_payload(tmp_path):
-    """An 8.6 MB payload and a 100-byte one give byte-identical pipeline protos of a few KB."""
-    sizes, protos = {}, {}
-    for name, nbytes in (("tiny", 100), ("actorq", ACTORQ_INT8_BYTES)):
-        run_dir = str(tmp_path / name)
-        payload = _fake_payload(nbytes)
-        plan = _plan(run_dir, evaluate=True)
-        pipeline = beam.Pipeline(runner="DirectRunner", options=PipelineOptions([]))
-        rounds.build_round(pipeline, plan, payload)       # writes policies/v000001 under run_dir, not into the graph
-        assert os.path.getsize(os.path.join(run_dir, "policies", "v000001.tflite")) == nbytes
-        protos[name] = pipeline.to_runner_api().SerializeToString()
-        sizes[name] = len(protos[name])
-        if name == "actorq":
-            assert payload.data[1_000_000:1_000_064] not in protos[name]
-    assert sizes["actorq"] - sizes["tiny"] < 1_000, sizes     # only the run dir names differ
-    assert sizes["actorq"] < 200_000, sizes
-
-
 def _block_graph(run, first, last):
-    from pipelines.beam.blocks import build_block_round
+    from pipelines.beam.graph import build_block_round
     pipeline = beam.Pipeline(runner="DirectRunner", options=PipelineOptions([]))
     build_block_round(pipeline, run, 0, first, last)
     return pipeline.to_runner_api().SerializeToString()
+
+
+def test_block_round_graph_does_not_embed_the_policy_payload(tmp_path):
+    """An 8.6 MB payload and a 100-byte one give pipeline protos that differ only in the run dir's name."""
+    protos = {}
+    for name, nbytes in (("tiny", 100), ("actorq", ACTORQ_INT8_BYTES)):
+        run = _block_run(str(tmp_path / name), total_env_steps=8 * 128)
+        payload = _fake_payload(nbytes)
+        policy_files.write_payload(run.run_dir, payload)   # policies/v000001 under the run dir, not in the graph
+        assert os.path.getsize(os.path.join(run.run_dir, "policies", "v000001.tflite")) == nbytes
+        protos[name] = _block_graph(run, 0, 3)
+        if name == "actorq":
+            assert payload.data[1_000_000:1_000_064] not in protos[name]
+    assert len(protos["actorq"]) - len(protos["tiny"]) < 1_000, {k: len(v) for k, v in protos.items()}
+    assert len(protos["actorq"]) < 500_000, len(protos["actorq"])
 
 
 def test_block_round_graph_is_bounded_by_blocks_per_round_not_by_the_run_length(tmp_path):
@@ -200,7 +163,7 @@ def test_dataflow_job_request_stays_small_with_an_actorq_size_policy(tmp_path):
     with the payload: the policy is a file in the run directory, read by path."""
     pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
     from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
-    from pipelines.beam.blocks import build_block_round
+    from pipelines.beam.graph import build_block_round
     args = DATAFLOW_ARGS + ["--dry_run=True", "--no_auth", "--sdk_location=container"]
     sizes = {}
     for name, nbytes in (("tiny", 100), ("actorq", ACTORQ_INT8_BYTES)):
@@ -214,6 +177,10 @@ def test_dataflow_job_request_stays_small_with_an_actorq_size_policy(tmp_path):
         sizes[name] = (len(job.json()), len(job.proto_pipeline.SerializeToString()))
         names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
         assert {"RollOut0", "Write0", "Commit0", "Learn0", "Evaluate0", "Learn3", "RoundEnd"} <= names, sorted(names)
+        assert job.proto.name == "databloom-test"
+        envs = list(job.proto_pipeline.components.environments.values())
+        assert envs and all(e.urn == "beam:env:docker:v1" for e in envs)
+        assert job.options.view_as(SetupOptions).setup_file == beam_executor.SETUP_PY
     for tiny, actorq in zip(sizes["tiny"], sizes["actorq"]):
         assert actorq - tiny < 1_000 and actorq < 500_000, sizes
 
@@ -251,7 +218,7 @@ def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_pat
     assert_complete_run_dir(run_dir, summary)
     learned = max(summary["best_eval_return"], summary["final_eval"]["fp32"]["mean"])
     assert learned >= THRESHOLD, summary
-    from pipelines.beam.blocks import read_record
+    from pipelines.beam.records import read_record
     blocks = budget // (2 * 8 * 128)
     workers = {read_record(run_dir, b, "learn")["worker"] for b in range(blocks)}
     assert all(not w.endswith(f" pid {result['pid']}") for w in workers), workers   # never the launcher
@@ -260,7 +227,7 @@ def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_pat
 
 
 def _run_blocks(run, first, last, round_index=0):
-    from pipelines.beam.blocks import build_block_round
+    from pipelines.beam.graph import build_block_round
     opts = PipelineOptions(["--direct_running_mode", "in_memory", "--direct_num_workers", "1"])
     beam_executor.run_pipeline(lambda p: build_block_round(p, run, round_index, first, last), opts)
 
@@ -279,7 +246,7 @@ def test_a_rerun_round_with_its_learner_changes_nothing(tmp_path):
     nothing is written again: one commit per block, the same checkpoints, policies and records."""
     from core.checkpoint import Checkpointer
     from core.replay import ReplayStore
-    from pipelines.beam.blocks import read_record
+    from pipelines.beam.records import read_record
     run = _block_run(str(tmp_path / "run"), checkpoint={"every_steps": 64})
     _run_blocks(run, 0, 1)
     first = read_record(run.run_dir, 1, "learn")
@@ -298,30 +265,6 @@ def test_a_rerun_round_with_its_learner_changes_nothing(tmp_path):
         assert ckpt.all_steps() == [64, 128]        # the driver's cadence: every 64 learner steps
     finally:
         ckpt.close()
-
-
-# -- one round, eagerly (in-memory DirectRunner) -----------------------------------------------
-def _run_round(plan, payload):
-    opts = PipelineOptions(["--direct_running_mode", "in_memory", "--direct_num_workers", "1"])
-    beam_executor.run_pipeline(lambda p: rounds.build_round(p, plan, payload), opts)
-
-
-def test_round_writes_commits_once_and_a_rerun_changes_nothing(tmp_path, payload):
-    import zarr
-    from core.replay import ReplayStore
-    run_dir = str(tmp_path / "run")
-    store = ReplayStore.open_or_create(os.path.join(run_dir, "replay"), env_id="CartPole-v1")
-    plan = _plan(run_dir, round_index=3, evaluate=True)
-    _run_round(plan, payload)
-    record = rounds.read_record(run_dir, 3)
-    assert record["shards"] == ["r000003-g0000", "r000003-g0001"]       # deterministic ids
-    assert record["rows"] == 2 * 4 * 16 and record["log_version"] == store.latest_version() == 1
-    assert rounds.read_record(run_dir, 3, "eval")["episodes"] == 4
-    group = zarr.open_group(os.path.join(run_dir, "replay", "shards", "r000003-g0000"), mode="r")
-    assert group["reward"].shape[0] == 4 * 16
-    _run_round(plan, payload)                                            # a re-run round (or retried bundle)
-    state = store.state()
-    assert store.latest_version() == 1 and sorted(state.live) == record["shards"] and state.rows == 128
 
 
 # -- the plan's rules, as Beam applies them ----------------------------------------------------

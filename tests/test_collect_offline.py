@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from pipelines.executors import make_pass_executor  # noqa: E402
+from pipelines.executors.factory import make_pass_executor  # noqa: E402
 from pipelines.executors.local import LocalExecutor  # noqa: E402
 from core import config as config_lib
 from core.dataset import stats

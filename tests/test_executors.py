@@ -204,9 +204,9 @@ def test_a_bad_learner_resources_value_is_one_line_naming_the_valid_forms(tmp_pa
 
 
 def test_import_in_background_imports_the_module_on_a_daemon_thread(tmp_path, monkeypatch):
-    """The embedded Dask cluster's start overlaps TensorFlow's import (pipelines.executors.run_with_executor)."""
+    """The embedded Dask cluster's start overlaps TensorFlow's import (pipelines.executors.factory.run_with_executor)."""
     import sys
-    from pipelines.executors import import_in_background
+    from pipelines.executors.factory import import_in_background
     (tmp_path / "slow_to_import_module.py").write_text("import time\ntime.sleep(0.2)\nVALUE = 42\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "slow_to_import_module", raising=False)

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "replay"))
 from replay_fakes import random_batch  # noqa: E402
 
-from pipelines.executors import make_pass_executor  # noqa: E402
+from pipelines.executors.factory import make_pass_executor  # noqa: E402
 from pipelines.executors.local import LocalExecutor  # noqa: E402
 from core.dataset import export, parquet  # noqa: E402
 from core.dataset.errors import DatasetError  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "replay"))
 from replay_fakes import random_batch  # noqa: E402
 
-from pipelines.executors import make_pass_executor  # noqa: E402
+from pipelines.executors.factory import make_pass_executor  # noqa: E402
 from pipelines.executors.local import LocalExecutor  # noqa: E402
 from core.dataset import compact, episodes, export, relabel, stats  # noqa: E402
 from core.dataset import filter as filter_lib  # noqa: E402

@@ -134,25 +134,26 @@ def test_dask_stages_record_worker_cpu_through_the_executor_hook(tmp_path):
 def test_beam_round_stages_record_their_cpu(tmp_path):
     pytest.importorskip("apache_beam")
     from apache_beam.options.pipeline_options import PipelineOptions
-    from core.networks import mlp
-    from core.quantize import PolicyQuantizer
-    from core.replay import ReplayStore
+    from core import config as config_lib
     from core.rollout import ActorSpec
-    from pipelines.beam import rounds
+    from pipelines.beam.blocks import BlockRun
+    from pipelines.beam.graph import build_block_round
+    from pipelines.beam.records import read_record
     from pipelines.executors import beam as beam_executor
     run_dir = str(tmp_path / "run")
-    ReplayStore.open_or_create(os.path.join(run_dir, "replay"), env_id="CartPole-v1")
-    payload = PolicyQuantizer("fp32").quantize(mlp(4, [16], 2, name="q", seed=0), version=1)
     sink = stage_cpu.sink_url(run_dir, "beam-test")
+    cfg = config_lib.from_dict({"executor": "beam", "seed": 0, "total_env_steps": 256, "env": {"num_envs": 4},
+                                "agent": {"hidden": [16]}, "actors": {"num_actors": 2, "steps_per_task": 16},
+                                "replay": {"min_size": 64, "shard_max_rows": 128}, "learner": {"replay_ratio": 0.5},
+                                "eval": {"every_env_steps": 128, "episodes": 2, "confirm_episodes": 0}})
     specs = tuple(ActorSpec("test-run", "CartPole-v1", 4, 0, a) for a in range(2))
-    plan = rounds.RoundPlan(run_dir, 0, specs, tuple({"epsilon": 0.5} for _ in specs), steps_per_task=16,
-                            actors_per_shard=1, policy_version=1, evaluate=True,
-                            eval_args=("CartPole-v1", 2, 123, None, "epsilon_greedy", 475.0, 0), cpu_sink=sink)
+    run = BlockRun(cfg, run_dir, specs, cpu_sink=sink)
     opts = PipelineOptions(["--direct_running_mode", "in_memory", "--direct_num_workers", "1"])
-    beam_executor.run_pipeline(lambda p: rounds.build_round(p, plan, payload), opts)
-    assert rounds.read_record(run_dir, 0)["rows"] == 2 * 4 * 16          # the round still works
+    beam_executor.run_pipeline(lambda p: build_block_round(p, run, 0, 0, 0), opts)
+    assert read_record(run_dir, 0, "commit")["commit"]["rows"] == 2 * 4 * 16     # the round still works
     (rec,), _ = read_records(sink)
     assert rec.pid == os.getpid()                                        # in_memory: stages ran here
-    assert rec.stages == 2 + 2 + 1 + 1
-    assert set(rec.by_stage) == {"rollout_round_task", "write_round_shard", "commit_round", "evaluate_round"}
+    assert {"load_actor", "roll_block", "write_block", "load_state", "commit_block", "learn_block",
+            "evaluate_block", "end_round"} <= set(rec.by_stage), rec.by_stage
+    assert rec.stages >= 2 + 2 + 1 + 1 + 1 + 1 + 1
     assert rec.covered_s > 0

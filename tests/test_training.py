@@ -197,7 +197,7 @@ def test_resume_with_a_cache_smaller_than_the_checkpoint_trains_on(tmp_path):
 @pytest.mark.timeout(120)
 def test_a_stall_is_a_one_line_error_naming_what_it_waits_for(tmp_path, monkeypatch):
     import concurrent.futures
-    from pipelines.run.driver import StallError
+    from pipelines.run.flight import StallError
     from pipelines.executors.local import LocalExecutor
     real_submit = LocalExecutor.submit
 

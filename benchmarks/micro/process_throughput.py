@@ -74,7 +74,7 @@ def main() -> None:
     p.add_argument("--json", default=None, help="write results as JSON here")
     args = p.parse_args()
     from core.dataset import compact, stats
-    from pipelines.executors import make_pass_executor
+    from pipelines.executors.factory import make_pass_executor
     from core.replay import ReplayStore
     root = args.dir or tempfile.mkdtemp(prefix="process-bench-")
     base = os.path.join(root, "base")

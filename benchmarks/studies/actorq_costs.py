@@ -83,7 +83,7 @@ def measure(cfg, precisions: Sequence[str], repeats: int, tasks: int, learner_ca
     from core.agents.registry import get_builder
     from core.envs import env_spec
     from core.replay import ReplayStore
-    from pipelines.run.driver import configure_threads
+    from pipelines.run.learner_stage import configure_threads
     configure_threads(cfg)
     import tensorflow as tf
     tf.config.experimental.enable_op_determinism()   # as the run's learner (pipelines.run.driver): +~3 s first trace

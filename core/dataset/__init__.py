@@ -25,7 +25,7 @@ Example::
 
     import contextlib
     from core.dataset import stats
-    from pipelines.executors import make_pass_executor
+    from pipelines.executors.factory import make_pass_executor
     with contextlib.closing(make_pass_executor("dask")) as engine:
         summary = stats.compute_stats(engine, "runs/a/replay")
     summary["episodes"], summary["return"]["mean"]

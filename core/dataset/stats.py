@@ -13,7 +13,7 @@ Definitions (see ``episodes`` for complete episodes)::
 
 Example::
 
-    with contextlib.closing(make_pass_executor("beam")) as engine:   # pipelines.executors
+    with contextlib.closing(make_pass_executor("beam")) as engine:   # pipelines.executors.factory
         s = compute_stats(engine, "runs/a/replay")
     plot_returns(s, "returns.png")
 """

@@ -1,31 +1,12 @@
-"""The plan's blocks as a Beam pipeline: one round = a chain of consecutive blocks.
+"""The stage functions of a Beam round (:mod:`pipelines.beam.graph` chains them): State, RollOut,
+Write, Commit, Learn, Evaluate, RoundEnd, and the run's close.
 
-``--executor beam`` runs the same :class:`~pipelines.run.plan.TrainingPlan` as
-local and Dask, so a config and seed give bit-identical learner parameters
-and committed replay on all of them. A round pipeline holds blocks
-``b0 .. b1`` (``blocks_per_round`` of them) as one chain::
-
-    State(b) for b < b0     durable: blocks/b<b>-learn.json (Start for b = -1: version 1, the store)
-    per block b:
-      RollOut<b>            actor a's tasks of block b (plan.tasks), acting with the version of
-                            State(policy_block(b)) (a side input; the payload is read by path), from
-                            actor a's state after block b-1: pipeline data (RollOut<b-1>'s output),
-                            at b0 the stored document blocks/actors/a<a>-t<task>.json (core.actor_state)
-      Write<b>              the block's results, actor-major -> uncommitted shard s<b> (one writer)
-      Commit<b>             after State(b-1): the evaluations of blocks <= b - STOP_DELAY decide,
-                            in order (best version, stop); no stop -> one commit entry for s<b>
-      Learn<b>              LearnerStage.learn_block(b) from the exact state after b-1
-                            (pipelines.beam.learner), version, evaluation due?, checkpoint cadence
-                            -> State(b)
-      Evaluate<b>           on the plan's evaluation blocks, beside the next blocks' stages
-    RoundEnd                rounds/r<round>.json (what the launcher reads); after the run's last
-                            block (or a stop): the driver's close -> rounds/final.json
+Each takes the run (:class:`BlockRun`: config, run directory, actor specs) and JSON records, so
+each can be called, and tested, without a pipeline.
 
 Every rule is the driver's (:mod:`pipelines.run.driver`, via :mod:`pipelines.run.plan`):
 exploration by the block's planned env steps, evaluation blocks and seeds,
-``STOP_DELAY``, best-version keeping, version and checkpoint cadence. The
-graph has a fixed number of transforms per block, so its size grows with
-``blocks_per_round``, never with the run length.
+``STOP_DELAY``, best-version keeping, version and checkpoint cadence.
 
 Idempotent: every stage first looks for its own record
 (:mod:`pipelines.beam.records`; Learn's and Evaluate's are written last,
@@ -59,15 +40,12 @@ import socket
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import apache_beam as beam
-
 from core import urls
 from core.rollout import ActorSpec
-from core.stage_cpu import counted
 from pipelines.beam import policy_files
-from pipelines.run import stages
 from pipelines.beam.records import (eval_digest, final_path, read_json, read_record, round_digest, round_path,
                                     write_json, write_record)
+from pipelines.run import stages
 from pipelines.run.evaluation_schedule import decide_evaluation, evaluation_args
 from pipelines.run.plan import TrainingPlan
 
@@ -366,58 +344,3 @@ def end_round(last: Dict[str, Any], round_index: int, learned: List[Dict[str, An
         finish_run(last, run)
     return write_json(round_path(run.run_dir, round_index),
                       round_digest(round_index, sorted(learned, key=lambda s: s["block"]), done))
-
-
-# --------------------------------------------------------------------------- the pipeline
-def build_block_round(pipeline, run: BlockRun, round_index: int, first: int, last: int) -> None:
-    """Round ``round_index``: blocks ``first .. last`` as one chain (module docstring), top to bottom."""
-    plan, sink = run.plan, run.cpu_sink
-    evaluations = run.evaluations()
-    states: Dict[int, Any] = {}     # block -> State(block) of this round (Learn<b>'s output)
-
-    def state(b: int, use: str):
-        """State(b): this round's Learn<b>, else the durable record, read on a worker by a root of
-        its own per use (the FnApiRunner deadlocks when one root feeds a main input and, beside
-        another root, a side input of a fused chain)."""
-        if b in states:
-            return states[b]
-        return (pipeline | f"{use}Block{b}" >> beam.Create([b])
-                | f"{use}State{b}" >> beam.Map(counted(load_state, sink), run))
-
-    actors = (pipeline
-              | "CreateActors" >> beam.Create(list(range(len(run.actor_specs))))
-              | "Reshuffle" >> beam.Reshuffle()     # to prevent fusion: actors spread over workers
-              | "LoadActors" >> beam.Map(counted(load_actor, sink), first, run))
-    evals, learned = {}, []
-    for b in range(first, last + 1):
-        rolled = actors | f"RollOut{b}" >> beam.Map(counted(roll_block, sink), b,
-                                                     beam.pvalue.AsSingleton(state(plan.policy_block(b), f"RollOut{b}")), run,
-                                                     first, b == last)
-        actors = rolled | f"Carry{b}" >> beam.Map(lambda t: (t[0], t[1]))
-        info = (rolled
-                | f"Results{b}" >> beam.Map(lambda t: t[2])
-                | f"Gather{b}" >> beam.combiners.ToList()      # the block's shard has one writer
-                | f"Write{b}" >> beam.Map(counted(write_block, sink), b, run))
-        due = [e for e in evals if e <= plan.decides_stop_before(b)]
-        decided = ([evals[e] for e in due] | f"Decided{b}" >> beam.Flatten()) if due else None
-        committed = state(b - 1, "Chain") | f"Commit{b}" >> beam.Map(
-            counted(commit_block, sink), b, beam.pvalue.AsSingleton(info),
-            beam.pvalue.AsList(decided) if decided is not None else [], run)
-        states[b] = committed | f"Learn{b}" >> beam.Map(counted(learn_block, sink), b, run)
-        learned.append(states[b])
-        if b in evaluations:
-            evals[b] = states[b] | f"Evaluate{b}" >> beam.Map(counted(evaluate_block, sink), b, evaluations[b], run)
-    everything = tuple(evals.values())
-    all_evals = (everything | "Evaluations" >> beam.Flatten()) if everything else None
-    (states[last]
-     | "RoundEnd" >> beam.Map(counted(end_round, sink), round_index,
-                              beam.pvalue.AsList(tuple(learned) | "Learned" >> beam.Flatten()),
-                              beam.pvalue.AsList(all_evals) if all_evals is not None else [], run))
-
-
-def build_finish(pipeline, run: BlockRun, block: int) -> None:
-    """A pipeline of the run's close alone (a resumed run whose last block has no final record)."""
-    (pipeline
-     | "CreateFinal" >> beam.Create([block])
-     | "State" >> beam.Map(counted(load_state, run.cpu_sink), run)
-     | "Finish" >> beam.Map(counted(finish_run, run.cpu_sink), run))

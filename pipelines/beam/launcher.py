@@ -6,7 +6,7 @@ run anywhere that reaches the run directory and the runner::
 
     setup   : a new run's config.json, or (--resume) the newest rounds/r<round>.json
     round r : blocks b0 .. b0 + blocks_per_round - 1 of the plan (pipelines.run.plan)
-              -> one pipeline (pipelines.beam.blocks.build_block_round)
+              -> one pipeline (pipelines.beam.graph.build_block_round)
               -> rounds/r<r>.json: every block's state digest (commit, evaluations decided,
                  version published, learner metrics, loop counters)
               -> metrics.jsonl (broadcast, commit, eval, learner, round), progress bar
@@ -16,8 +16,8 @@ run anywhere that reaches the run directory and the runner::
 ``blocks_per_round`` trades pipeline start-up (seconds per pipeline on the
 DirectRunner) against the job graph's size (a fixed number of transforms per
 block, ~50 KB each; Dataflow caps a job request at 20 MB): see
-:data:`BLOCKS_PER_ROUND`, and ``--blocks_per_round N`` among the pipeline
-options (:func:`pipelines.beam.rounds.blocks_per_round_arg`).
+:data:`pipelines.beam.options.BLOCKS_PER_ROUND`, and ``--blocks_per_round N`` among the pipeline
+options (:func:`pipelines.beam.options.blocks_per_round_arg`).
 
 Resume: the rounds' records say which blocks are done; every block's
 learner state, actor states and stage records are durable (pipelines.beam.blocks),
@@ -36,21 +36,16 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
-
 from core import config as config_lib
 from core import urls
-from core.rollout import ActorSpec
 from pipelines.beam import policy_files
-from pipelines.beam.blocks import BlockRun, build_block_round, build_finish
+from pipelines.beam.blocks import BlockRun
+from pipelines.beam.graph import build_block_round, build_finish
+from pipelines.beam.options import BLOCKS_PER_ROUND
 from pipelines.beam.records import final_path, round_path
 from pipelines.run.energy import stage_cpu_sink
+from pipelines.run import setup as run_setup
 from pipelines.run.plan import TrainingPlan
-
-#: Plan blocks per round pipeline. Measured (16,384 env steps of the default config = 16 blocks of 1,024 rows,
-#: DirectRunner multi_processing, 2 shared cores): 298 env steps/s with 8 per round, 363 with 16 (one
-#: pipeline); a round of 16 blocks is a ~0.8 MB job graph (Dataflow caps a request at 20 MB).
-BLOCKS_PER_ROUND = 16
 
 _ROUND_FILE = re.compile(r"^r(\d{6})\.json$")
 
@@ -62,7 +57,7 @@ class RoundLauncher:
                  blocks_per_round: int = BLOCKS_PER_ROUND):
         self.cfg, self.run_dir, self.options = cfg, run_dir, options
         self.progress, self.resume, self.blocks_per_round = progress, resume, blocks_per_round
-        self.run_id = f"{cfg.name}-{cfg.seed}"
+        self.run_id = run_setup.run_id(cfg)
         self.driver_bytes_in = self.trajectory_bytes = 0
         self.plan = TrainingPlan.from_config(cfg)
 
@@ -74,15 +69,9 @@ class RoundLauncher:
         from pipelines.run.summary import process_start
         cfg = self.cfg
         fs, path = urls.resolve(self.run_dir)
-        if self.resume:
-            if not fs.exists(f"{path}/config.json"):
-                raise FileNotFoundError(f"--resume: no run under {self.run_dir} (no config.json)")
-        elif fs.exists(f"{path}/config.json"):
-            raise config_lib.ConfigError(f"{self.run_dir} already holds a run; valid: --resume {self.run_dir},"
-                                         " or a new --run-dir")
+        run_setup.check_run_dir(self.run_dir, self.resume, resume_needs_config=True)
         fs.makedirs(path, exist_ok=True)
-        with fs.open(f"{path}/config.json", "w") as f:
-            f.write(config_lib.to_json(cfg))
+        run_setup.write_config(self.run_dir, cfg, self.resume)
         self.next_round, last = self._last_round(fs, path)
         self.last: Optional[Dict[str, Any]] = last
         self.next_block = last["last_block"] + 1 if last else 0
@@ -96,10 +85,7 @@ class RoundLauncher:
                        learner="Beam stages Learn<b> (a runner worker; blocks/b*-learn.json names it)",
                        actors={str(a): "Beam stages RollOut<b> (runner workers)" for a in range(cfg.actors.num_actors)})
         builder = get_builder(cfg.agent.algo)   # the registry imports no TensorFlow
-        self.specs = tuple(ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a, cfg.env.max_episode_steps,
-                                cfg.threads.litert, builder.action_selector,
-                                frame_stack=getattr(cfg.agent, "frame_stack", 1))
-                           for a in range(cfg.actors.num_actors))
+        self.specs = tuple(run_setup.actor_specs(cfg, self.run_id, builder.action_selector))
         self.started_at = process_start()
 
     def _last_round(self, fs, path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
@@ -217,15 +203,9 @@ class RoundLauncher:
         return summary
 
     def _progress_bar(self):
-        if not self.progress:
-            return None
-        from tqdm.auto import tqdm
-        return tqdm(total=self.plan.num_blocks, initial=self.next_block, unit="block",
-                    desc=f"{self.cfg.name} (beam)", dynamic_ncols=True)
+        return run_setup.progress_bar(self.progress, self.plan.num_blocks, self.next_block, "block",
+                                      f"{self.cfg.name} (beam)")
 
     def _postfix(self, start: float) -> Dict[str, Any]:
-        el = max(time.time() - start, 1e-9)
-        return {"steps": self.loop.env_steps, "sps": f"{self.loop.env_steps / el:.0f}",
-                "learn": self.learner_steps, "ret": f"{np.mean(self.recent):.0f}" if self.recent else "-",
-                "best": f"{self.loop.best_return:.0f}" if self.loop.best_version >= 0 else "-",
-                "v": self.loop.policy_version}
+        return {"steps": self.loop.env_steps,
+                **run_setup.progress_postfix(self.loop, self.learner_steps, start, self.recent)}

@@ -1,6 +1,6 @@
 """Beam executor: pipeline options and one call that runs a round's pipeline.
 
-Thin on purpose (see :mod:`pipelines.beam.rounds` for the round's transforms).
+Thin on purpose (see :mod:`pipelines.beam.graph` for the round's transforms).
 It only decides *where* a pipeline runs:
 
 * No ``--runner`` (or a DirectRunner): the embedded default is the
@@ -138,7 +138,7 @@ class BeamExecutor:
 
         import apache_beam as beam
         import fsspec
-        from pipelines.executors import json_round_trip
+        from pipelines.executors.common import json_round_trip
         url = f"{self.temp.rstrip('/')}/{label}-{uuid.uuid4().hex}.json"
         with beam.Pipeline(options=self.options) as p:
             _ = (p

@@ -149,7 +149,7 @@ class DaskExecutor:
 
         Per-item results go worker -> reduce task; only the reduced result reaches this process.
         """
-        from pipelines.executors import json_round_trip
+        from pipelines.executors.common import json_round_trip
         run = uuid.uuid4().hex[:8]
         futures = self.client.map(fn, list(items), key=[f"{label}-{run}-{i}" for i in range(len(items))],
                                   pure=False, retries=self.retries)

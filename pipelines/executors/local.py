@@ -9,7 +9,7 @@ import concurrent.futures
 import os
 from typing import Any, Callable, Dict, List, Sequence
 
-from pipelines.executors import json_round_trip
+from pipelines.executors.common import json_round_trip
 
 
 class LocalExecutor:

@@ -58,7 +58,8 @@ from typing import Any, Dict, List, Optional
 
 from pipelines.run import stages
 from pipelines.run.driver import Trainer
-from pipelines.run.learner_stage import InProcessStage, LearnerStage
+from pipelines.run.in_process_stage import InProcessStage
+from pipelines.run.learner_stage import LearnerStage
 
 
 def server_listen_plan(cfg):
@@ -365,7 +366,7 @@ class CentralTrainer(Trainer):
 def train_central(cfg, run_dir: str, progress: bool = True, resume: bool = False) -> Dict[str, Any]:
     """Run one central-inference training job (local or Dask executor); returns the summary."""
     from core.config import ConfigError
-    from pipelines.executors import run_with_executor
+    from pipelines.executors.factory import run_with_executor
     if cfg.executor not in ("local", "dask"):
         raise ConfigError(f"inference 'central' runs on executor local or dask, not {cfg.executor!r} "
                           f"(a Beam round has no long-lived learner to host the inference server)")

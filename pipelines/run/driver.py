@@ -43,19 +43,20 @@ import numpy as np
 from core import config as config_lib
 from core import urls
 from core.metrics import MetricsLogger
-from core.rollout import ActorSpec
 from pipelines.run import resume as resume_lib
+from pipelines.run import setup as run_setup
 from pipelines.run import stages
 from pipelines.run.block_tasks import BlockTasks
 from pipelines.run.evaluation_schedule import EvaluationSteps
 from pipelines.run import summary as summary_lib
-from pipelines.run.flight import STALL_MIN_S, Flight, LoopState, StallError  # noqa: F401  (re-exported)
-from pipelines.run.learner_stage import (InProcessParts, InProcessStage, LearnerStage,  # noqa: F401 (re-exported)
-                                     configure_threads)
+from pipelines.run.flight import STALL_MIN_S, Flight, LoopState, StallError
+from pipelines.run.in_process_stage import InProcessParts, InProcessStage
+from pipelines.run.learner_stage import LearnerStage
 from pipelines.run.plan import TrainingPlan
+from pipelines.run.policy_versions import PolicyVersions
 
 
-class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
+class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
     """One training run (see module docstring). ``run()`` returns the summary dict."""
 
     def __init__(self, cfg, run_dir: str, executor, progress: bool = True, resume: bool = False):
@@ -64,7 +65,7 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
         self.executor = executor
         self.progress = progress
         self.resume = resume
-        self.run_id = f"{cfg.name}-{cfg.seed}-{abs(hash(self.run_dir)) % 10**8}"
+        self.run_id = run_setup.run_id(cfg, self.run_dir)
 
     # -- setup ---------------------------------------------------------------
     def _setup(self) -> None:
@@ -74,17 +75,15 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
 
         cfg = self.cfg
         fs, path = urls.resolve(self.run_dir)
-        if not self.resume and fs.exists(f"{path}/config.json"):
-            # A second run would reuse committed shard ids and overwrite the config: refuse, touch nothing.
-            raise config_lib.ConfigError(f"{self.run_dir} already holds a run; valid: --resume {self.run_dir},"
-                                         " or a new --run-dir")
+        # A second run would reuse committed shard ids and overwrite the config: refuse, touch nothing.
+        run_setup.check_run_dir(self.run_dir, self.resume)
         if cfg.learner.resources:      # a cluster that cannot place the learner: refused before any write
             self.executor.check_resources(cfg.learner.resources)
         from pipelines.run.energy import start_run_tracker
         self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
         fs.makedirs(path, exist_ok=True)
         if not self.resume:
-            self._write_config(fs, path)
+            run_setup.write_config(self.run_dir, cfg, resume=False)
         self.spec = env_spec(cfg.env.id)
         self.store_url = urls.join(self.run_dir, "replay")
         if self.resume:   # a run's store exists from its first step: a lost one is an error, not a fresh start
@@ -109,15 +108,13 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
         if self.resume:
             self._restore()
         first_block = max([self.loop.block - 1, *self.precommitted]) + 1
-        self.actor_specs = [ActorSpec(self.run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a,
-                                      cfg.env.max_episode_steps, cfg.threads.litert, self.builder.action_selector,
-                                      first_task=first_block * self.plan.tasks_per_block,
-                                      frame_stack=getattr(cfg.agent, "frame_stack", 1))
-                            for a in range(cfg.actors.num_actors)]
+        self.actor_specs = run_setup.actor_specs(cfg, self.run_id, self.builder.action_selector,
+                                                 first_task=first_block * self.plan.tasks_per_block)
         resumed = resume_lib.load_actor_states(self.store, self.actor_specs, first_block) if self.resume else None
         if self.resume:
             self.stored_states = resumed.states
-            self._write_config(fs, path)     # only once the run restored: a failing resume writes nothing
+            run_setup.write_config(self.run_dir, cfg, resume=True)   # only once the run restored: a failing
+                                                                     # resume writes nothing
         self.log = MetricsLogger(self.run_dir)
         self.log.write("config", step=0, config=config_lib.to_dict(cfg))
         if resumed is not None:
@@ -135,16 +132,6 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
         return InProcessStage(LearnerStage(cfg, self.run_dir, dask_client=client,
                                            async_versions=not getattr(self.executor, "deterministic", False)),
                               self.executor)
-
-    def _write_config(self, fs, path: str) -> None:
-        """Write ``config.json`` (on resume only if ``--set``/``--config`` changed it)."""
-        text = config_lib.to_json(self.cfg)
-        if self.resume and fs.exists(f"{path}/config.json"):
-            with fs.open(f"{path}/config.json", "r") as f:
-                if f.read() == text:
-                    return
-        with fs.open(f"{path}/config.json", "w") as f:
-            f.write(text)
 
     def _placement(self) -> Dict[str, Any]:
         """Where the learner and each actor run (the ``placement`` record of metrics.jsonl)."""
@@ -173,63 +160,6 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
         self.loop.shard_seq = max([self.loop.shard_seq, self.loop.block, *[b + 1 for b in blocks]])
         if len(self.loop.next_task) < self.cfg.actors.num_actors:
             self.loop.next_task += [0] * (self.cfg.actors.num_actors - len(self.loop.next_task))
-
-    # -- policy versions ------------------------------------------------------
-    def _next_version(self) -> int:
-        self.asked_version = max(self.loop.policy_version, self.asked_version) + 1
-        return self.asked_version
-
-    def _keep_versions(self) -> List[int]:
-        """Versions whose parameters the stage keeps: the best and those being evaluated."""
-        return [self.loop.best_version, *sorted(self.eval_versions)]
-
-    def _first_versions(self) -> None:
-        """Publish the run's first version; a resumed run republishes the checkpoint's versions instead.
-
-        The blocks after a checkpoint act with versions made before it
-        (policy lag, broadcast_period): the checkpoint carries their payloads,
-        so they act exactly as in the uninterrupted run. A checkpoint from
-        before it did (no versions) gets a new version of its parameters.
-        """
-        if not self.restored_versions:
-            self._new_version(blocking=True)
-            return
-        metas = {m["version"]: m for m in self.restored_versions}
-        refs = {v: self.stage.publish(v, key=f"payload-{self.run_id}-v{v}") for v in sorted(metas)}
-        newest = self.loop.policy_version if self.loop.policy_version in metas else max(metas)
-        self.payload, self.payload_ref = self.stage.published(metas[newest]), refs[newest]
-        for v in refs:
-            self.version_time[v] = time.time()
-        self.restored_refs = {int(pb): (refs[v], v) for pb, v in self.loop.versions.items()}
-        self.restored_eval_refs = refs
-
-    def _new_version(self, blocking: bool) -> None:
-        """Quantize the learner's policy as the next version and broadcast it (stage.new_version)."""
-        self._on_version(self.stage.run("new_version", self._next_version(), self._keep_versions(), blocking))
-
-    def _poll_async_version(self) -> None:
-        if self.stage.address is None and self.async_quantizer is not None:
-            self._on_version(self.stage.run("poll_version"))
-
-    def _on_version(self, out: Dict[str, Any]) -> None:
-        """Write a stage call's records; publish the version it made, if any."""
-        self._write_records(out["records"])
-        if out.get("published") is not None:
-            self._publish(self.stage.published(out["published"]))
-
-    def _publish(self, payload) -> None:
-        """Send ``payload`` (or, for a stage on a worker, its metadata) to actors and log it."""
-        self.payload = payload
-        self.payload_ref = self.stage.publish(payload.version, key=f"payload-{self.run_id}-v{payload.version}")
-        self.loop.policy_version = payload.version
-        self.version_time[payload.version] = time.time()
-        self.log.write("broadcast", step=self.learner_steps, version=payload.version,
-                       payload_bytes=payload.nbytes, convert_seconds=payload.convert_seconds,
-                       precision=payload.precision)
-
-    def _write_records(self, records) -> None:
-        for kind, step, fields in records:
-            self.log.write(kind, step=step, **fields)
 
     # -- main loop --------------------------------------------------------------
     def run(self) -> Dict[str, Any]:
@@ -431,18 +361,12 @@ class Trainer(BlockTasks, EvaluationSteps, InProcessParts):
         return None if tasks is None else tasks + self.stage.bytes_in
 
     def _progress_bar(self):
-        if not self.progress:
-            return None
-        from tqdm.auto import tqdm
-        return tqdm(total=self.cfg.total_env_steps, initial=self.loop.env_steps, unit="step",
-                    desc=f"{self.cfg.name}", dynamic_ncols=True, mininterval=0.5)
+        return run_setup.progress_bar(self.progress, self.cfg.total_env_steps, self.loop.env_steps, "step",
+                                      f"{self.cfg.name}", mininterval=0.5)
 
     def _postfix(self, start: float, recent_returns, lags) -> Dict[str, Any]:
-        el = max(time.time() - start, 1e-9)
-        return {"sps": f"{self.loop.env_steps / el:.0f}", "learn": self.learner_steps,
-                "ret": f"{np.mean(recent_returns):.0f}" if recent_returns else "-",
-                "best": f"{self.loop.best_return:.0f}" if self.loop.best_version >= 0 else "-",
-                "v": self.loop.policy_version, "lag": f"{np.mean([l[0] for l in lags]):.1f}" if lags else "-",
+        return {**run_setup.progress_postfix(self.loop, self.learner_steps, start, recent_returns),
+                "lag": f"{np.mean([l[0] for l in lags]):.1f}" if lags else "-",
                 **({"w(tasks/retries)": self.worker_stats.postfix()} if len(self.worker_stats) > 1 else {})}
 
 

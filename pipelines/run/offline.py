@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional
 
 from core import config as config_lib
 from core import urls
+from pipelines.run import setup as run_setup
 from pipelines.run import stages
 from pipelines.run import summary as summary_lib
 from pipelines.run.flight import LoopState
@@ -130,7 +131,7 @@ def train_offline(cfg, run_dir: str, store_url: Optional[str], progress=True, re
     fs, path = urls.resolve(run_dir)
     if not resume:
         fs.makedirs(path, exist_ok=True)
-        fs.pipe(f"{path}/config.json", config_lib.to_json(cfg).encode())
+        run_setup.write_config(run_dir, cfg, resume=False)
         fs.pipe(f"{path}/{RECORD}", json.dumps({"dataset": store.url, "version": snap.version}).encode())
     stage = OfflineStage(cfg, run_dir, store, snap.num_rows)
     try:
