@@ -14,7 +14,8 @@ per pass, which is included (it is what a user waits for).
 
     python benchmarks/micro/process_throughput.py                     # 5M steps
     python benchmarks/micro/process_throughput.py --steps 500000 --engines dask
-    python benchmarks/micro/process_throughput.py --beam-args="--direct_running_mode=multi_processing --direct_num_workers=2"
+    python benchmarks/micro/process_throughput.py \
+        --beam-args="--direct_running_mode=multi_processing --direct_num_workers=2"
 """
 from __future__ import annotations
 

@@ -124,9 +124,9 @@ def first_shard_writes(client, store_url: str, group: List[Any], writer_options:
     """Median over fresh workers of their first ``write_shard_stage`` (s, as the stage times itself).
 
     A worker's first write imports the write engine (tensorstore, zarr): 1.19-1.27 s in an actor-bound
-    CartPole run against ~0.03 s for every later write (benchmarks/RESULTS.md), a one-off cost that the
-    in-process ``measure_storage``, whose process has imported them, never sees. Run before any other
-    task on the workers; the shards stay uncommitted (invisible) in the tool's scratch store.
+    CartPole run against ~0.03 s for every later write (docs/notebook/2026-11-results-history.md), a one-off
+    cost that the in-process ``measure_storage``, whose process has imported them, never sees. Run before
+    any other task on the workers; the shards stay uncommitted (invisible) in the tool's scratch store.
     """
     from pipelines.run import stages
     workers = _workers(client)

@@ -16,7 +16,8 @@ With ``--costs`` (a ``benchmarks.studies.actorq_costs --out`` file for the same 
 model's whole-run int8 speedup over fp32, played out to that ratio's median env steps to target; where a
 setting kept int8 runs too, their measured time-to-target ratio (median over seed pairs) stands beside it.
 
-Usage::
+Usage (the committed records are packed: ``tar xzf benchmarks/results/actorq-study-runs.tar.gz -C
+benchmarks/results`` first)::
 
     python -m benchmarks.studies.actorq_ratio_sweep --keep benchmarks/results/actorq-study-runs \\
         --task cartpole-dqn --size actorq --costs benchmarks/results/actorq-costs-cartpole.json \\
@@ -205,10 +206,12 @@ def plot(rows: Sequence[Dict[str, Any]], out: str, title: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from benchmarks.studies.actorq_study import TASKS
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.actorq_ratio_sweep", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.actorq_ratio_sweep",
+                                 description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", default="benchmarks/results/actorq-study-runs",
-                    help="the actorq_study --keep folder holding the sweep's settings")
+                    help="the actorq_study --keep folder holding the sweep's settings (the committed records: "
+                         "tar xzf benchmarks/results/actorq-study-runs.tar.gz -C benchmarks/results)")
     ap.add_argument("--task", default="cartpole-dqn", choices=sorted(TASKS), help="the study task")
     ap.add_argument("--size", default="actorq", choices=["actorq", "actor-bound", "small"],
                     help="the study --size whose settings form the sweep")

@@ -71,7 +71,8 @@ records:
   A later study with the same --keep skips the seeds kept there and reports them with the new ones, so
   the 3-seed, target-reaching study can be made over several sessions and committed as it grows. The
   precisions of one seed always run back to back in one session; the report refuses kept runs whose
-  configs differ (a config edited between sessions) by naming the keys.
+  configs differ (a config edited between sessions) by naming the keys. The committed records are packed:
+  tar xzf benchmarks/results/actorq-study-runs.tar.gz -C benchmarks/results (and repack after adding seeds).
 
 examples:
   python -m benchmarks.studies.actorq_study --quick --out /tmp/actorq-quick

@@ -11,8 +11,8 @@ evaluations as markers with their std, training windows as a line).
 
 Usage::
 
-    python -m benchmarks.studies.learning_curve runs/pong-r2d2 --window 50000 --out benchmarks/results/pong-r2d2-curve.png \
-        --json benchmarks/results/pong-r2d2-curve.json
+    python -m benchmarks.studies.learning_curve runs/pong-r2d2 --window 50000 \
+        --out benchmarks/results/pong-r2d2-curve.png --json benchmarks/results/pong-r2d2-curve.json
     python -m benchmarks.studies.learning_curve runs/catch-s0 runs/catch-s1 runs/catch-s2 --window 2000 --out catch.png
 """
 from __future__ import annotations
@@ -94,7 +94,8 @@ def read_curve(run_dir: str, window: int) -> Dict[str, Any]:
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     from core.config import ConfigError
-    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.learning_curve", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.learning_curve",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
                    help="run directories (local paths or URLs), finished or running: several (seeds of one config) "
                         "are tabled one after another and plotted on one figure")

@@ -81,7 +81,7 @@ records and resume:
 quick:
   --quick runs {', '.join(f"{c} ({' '.join(o)})" for c, o in QUICK.items())}, 2 seeds, into {QUICK_OUT}
   (estimated 3-6 minutes on a quiet 2-core machine from
-  the single-seed timings in benchmarks/RESULTS.md; not yet measured).
+  the single-seed timings in docs/notebook/2026-11-results-history.md; not yet measured).
 
 examples:
   python -m benchmarks.studies.learning_suite --quick
@@ -92,8 +92,9 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.learning_suite", description=__doc__.split("\n\n")[0],
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.learning_suite",
+                                description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", metavar="PATTERN", help="run only these configs (see selection)")
     p.add_argument("--exclude", nargs="+", metavar="PATTERN", default=[], help="leave these configs out")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds per config: 0..N-1 (default 5; --quick 2)")

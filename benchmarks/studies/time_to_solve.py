@@ -23,7 +23,7 @@ reached it counts as infinitely slow, see ``core.report.median_to_target``),
 median final return. Writes ``--out`` (JSON, every run) and the markdown table
 beside it (``.md``).
 
-    python benchmarks/studies/time_to_solve.py                       # 5 seeds x 3 systems (est. 15-25 min, quiet 2 cores)
+    python benchmarks/studies/time_to_solve.py               # 5 seeds x 3 systems (est. 15-25 min, quiet 2 cores)
     python benchmarks/studies/time_to_solve.py --systems databloom --seeds 3 --executor local
 """
 from __future__ import annotations
