@@ -7,7 +7,7 @@ ATARI = ["ale-py>=0.12"]                           # the ROMs ship inside the wh
 XARRAY = ["xarray"]
 DATAFLOW = ["apache-beam[gcp]>=2.77"]              # DataflowRunner job requests (tests translate with --dry_run)
 RLDS = ["tensorflow-datasets>=4.9.10"]             # RLDS export through TFDS's own writer
-# ActorQ's carbon tracker (core.carbon_eit adapts its imports). It imports pkg_resources, which
+# ActorQ's carbon tracker (core.carbon.eit_compat adapts its imports). It imports pkg_resources, which
 # setuptools 81 removed, and Python 3.12 venvs ship no setuptools at all.
 EIT = ["experiment-impact-tracker==0.1.8", "setuptools<81"]
 # s3:// run directories. aiobotocore pins botocore to a window of a few releases and every boto3

@@ -325,8 +325,8 @@ def test_simulate_takes_the_runs_own_contention():
 
 
 def test_paired_ratios_per_seed_with_spread():
-    from core.report_actorq import paired_ratios, spread_table
-    from core.report_runs import Run
+    from core.report.actorq import paired_ratios, spread_table
+    from core.report.runs import Run
 
     def run(p, seed, sps, kwh, final, learner=None):
         summary = {"env_steps_per_s": sps, "energy_kwh": kwh, "co2e_kg": kwh / 2, "time_to_target_s": None,

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from core import carbon
+from core.carbon import tracker
 from core.carbon import (CarbonReport, EnergyTracker, available_backends, carbon_ratio,
                          co2e_kg, grid_intensity, process_time_energy_kwh)
 
@@ -26,11 +26,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _no_codecarbon(monkeypatch):
     def missing():
         raise ImportError("No module named 'codecarbon'")
-    monkeypatch.setattr(carbon, "_import_codecarbon", missing)
+    monkeypatch.setattr(tracker, "_import_codecarbon", missing)
 
 
 def _no_eit_hardware(monkeypatch, tmp_path):
-    monkeypatch.setattr(carbon, "RAPL_ROOT", str(tmp_path / "no-powercap"))
+    monkeypatch.setattr(tracker, "RAPL_ROOT", str(tmp_path / "no-powercap"))
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
 
 
@@ -201,7 +201,7 @@ def test_eit_unavailable_one_warning_line_and_fallback(tmp_path, monkeypatch, ca
     caplog.set_level(logging.WARNING)
     with EnergyTracker(str(tmp_path / "run"), backend="eit") as tr:
         pass
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "core.carbon"]
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "core.carbon.tracker"]
     assert len(warnings) == 1
     msg = warnings[0].getMessage()
     assert "\n" not in msg
@@ -218,7 +218,7 @@ def test_explicit_codecarbon_missing_warns_auto_does_not(tmp_path, monkeypatch, 
     caplog.set_level(logging.WARNING)
     with EnergyTracker(str(tmp_path / "a"), backend="auto") as auto:
         pass
-    ours = lambda: [r for r in caplog.records if r.name == "core.carbon"]  # noqa: E731
+    ours = lambda: [r for r in caplog.records if r.name == "core.carbon.tracker"]  # noqa: E731
     assert not ours() and auto.report.backend == "process-time"
     with EnergyTracker(str(tmp_path / "b"), backend="codecarbon") as explicit:
         pass

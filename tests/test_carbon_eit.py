@@ -26,7 +26,8 @@ import pytest
 
 pytest.importorskip("experiment_impact_tracker")
 
-from core import carbon, carbon_eit  # noqa: E402
+from core import carbon  # noqa: E402
+from core.carbon import eit, eit_compat, tracker  # noqa: E402
 from core.carbon import EnergyTracker  # noqa: E402
 
 #: (dir, domain name, watts, max_energy_range_uj). Package 1 wraps every ~4 s,
@@ -87,7 +88,7 @@ def _write(path: str, text: str) -> None:
 @pytest.fixture
 def fake_rapl(tmp_path, monkeypatch):
     rapl = FakeRapl(str(tmp_path / "powercap"))
-    monkeypatch.setattr(carbon, "RAPL_ROOT", rapl.root)
+    monkeypatch.setattr(tracker, "RAPL_ROOT", rapl.root)
     yield rapl
     rapl.close()
 
@@ -133,7 +134,7 @@ def test_eit_backend_end_to_end_matches_fake_rapl_counters(tmp_path, fake_rapl, 
     assert r.energy_kwh == pytest.approx(min(cov["tree_kwh"], cov["host_rapl_kwh"]), rel=1e-12)
     assert r.energy_kwh == pytest.approx(sum(r.breakdown_kwh.values()), rel=1e-12)
     assert r.breakdown_kwh["tree_gpu_nvidia"] == 0.0
-    fr = carbon_eit.install()["constants"].ZONE_INFO["FR"]["carbonIntensity"]
+    fr = eit_compat.install()["constants"].ZONE_INFO["FR"]["carbonIntensity"]
     assert r.intensity_g_per_kwh == pytest.approx(fr)
     assert r.co2e_kg == pytest.approx(r.energy_kwh * fr / 1000)
     # Only JSON in the run dir; eit's pickles went with its temp dir; its exit hook is gone.
@@ -141,7 +142,7 @@ def test_eit_backend_end_to_end_matches_fake_rapl_counters(tmp_path, fake_rapl, 
     with open(tmp_path / "run" / "carbon.json") as f:
         assert json.load(f)["coverage"]["backend"]["host_rapl_kwh"] == cov["host_rapl_kwh"]
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "databloom-eit-*"))) == before
-    assert carbon_eit._State.exit_hooks == []
+    assert eit_compat._State.exit_hooks == []
 
 
 def test_eit_pue_158_reproduces_eits_own_total(tmp_path, fake_rapl, no_network):
@@ -160,15 +161,15 @@ def test_eit_pue_158_reproduces_eits_own_total(tmp_path, fake_rapl, no_network):
     ("ATA", "ATA", 475.0, "eit has no zone 'ATA': no embedded value for ATA: world average (IEA 2019)"),
 ])
 def test_region_comes_from_the_configured_country(country, zone, intensity, source):
-    region, info = carbon_eit.region_for(country, carbon_eit.install()["constants"].ZONE_INFO)
+    region, info = eit_compat.region_for(country, eit_compat.install()["constants"].ZONE_INFO)
     assert region["id"] == zone
     assert info["carbonIntensity"] == pytest.approx(intensity) and info["databloom_source"] == source
 
 
 def test_rapl_counters_exact(fake_rapl):
     """eit's own sample arithmetic on the fake tree: package sum and rollover, exact in uJ."""
-    rapl = carbon_eit.install()["rapl"]
-    carbon_eit.configure("USA", fake_rapl.root)
+    rapl = eit_compat.install()["rapl"]
+    eit_compat.configure("USA", fake_rapl.root)
     fake_rapl.hold()
     top1 = PACKAGES[1][3]
     fake_rapl.set([1_000_000, top1 - 5_000_000])
@@ -181,25 +182,25 @@ def test_rapl_counters_exact(fake_rapl):
 
 
 def test_compat_layer_reroots_rapl_and_keeps_eits_defaults(fake_rapl):
-    m = carbon_eit.install()
+    m = eit_compat.install()
     rapl = m["rapl"]
-    carbon_eit.configure("USA", fake_rapl.root)
+    eit_compat.configure("USA", fake_rapl.root)
     sample = rapl.RAPLMonitor.sample()
     assert sorted(sample.domains) == ["package-0", "package-1"]
     assert rapl._is_rapl_compatible() is True
     checks = [f for h in m["router"].DATA_HEADERS for f in h["compatability"]]
-    assert sum(f is carbon_eit._is_rapl_compatible for f in checks) == 8   # the 8 RAPL data points
-    assert not any(getattr(f, "__name__", "") == "_is_rapl_compatible" and f is not carbon_eit._is_rapl_compatible
+    assert sum(f is eit_compat._is_rapl_compatible for f in checks) == 8   # the 8 RAPL data points
+    assert not any(getattr(f, "__name__", "") == "_is_rapl_compatible" and f is not eit_compat._is_rapl_compatible
                    for h in m["router"].DATA_HEADERS for f in h["compatability"])
-    carbon_eit.configure("USA", str(fake_rapl.root) + "-missing")
+    eit_compat.configure("USA", str(fake_rapl.root) + "-missing")
     assert rapl._is_rapl_compatible() is False
-    carbon_eit.configure("USA")
-    assert carbon_eit._reroot("/sys/class/powercap/intel-rapl") == "/sys/class/powercap/intel-rapl"
+    eit_compat.configure("USA")
+    assert eit_compat._reroot("/sys/class/powercap/intel-rapl") == "/sys/class/powercap/intel-rapl"
 
 
 def test_spawn_start_method_is_refused(fake_rapl, monkeypatch):
-    monkeypatch.setattr(carbon_eit.multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
-    why = carbon_eit.unavailable_reason(fake_rapl.root)
+    monkeypatch.setattr(eit.multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    why = eit.unavailable_reason(fake_rapl.root)
     assert why == "its monitor needs the fork start method (this process uses 'spawn'), or it would run unpatched"
     assert "eit" not in carbon.available_backends()
 
@@ -240,7 +241,7 @@ def test_eit_backend_on_a_gpu_host_is_exact(tmp_path, monkeypatch, no_network):
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_GPU_PID", str(os.getpid()))
-    monkeypatch.setattr(carbon, "RAPL_ROOT", str(tmp_path / "no-powercap"))
+    monkeypatch.setattr(tracker, "RAPL_ROOT", str(tmp_path / "no-powercap"))
     with EnergyTracker(str(tmp_path / "run"), backend="eit", country="FRA") as tr:
         time.sleep(1.0)
     r = tr.report
@@ -259,7 +260,7 @@ def test_eit_backend_on_a_gpu_host_is_exact(tmp_path, monkeypatch, no_network):
 ])
 def test_tree_energy_is_capped_at_the_host_energy(tree, host, energy, capped):
     coverage = {"host_rapl_kwh": host, "host_nvidia_kwh": 0.0}
-    got, parts = carbon_eit._at_most_host(tree, {"tree_cpu_rapl": 0.6 * tree, "tree_gpu_nvidia": 0.4 * tree},
+    got, parts = eit._at_most_host(tree, {"tree_cpu_rapl": 0.6 * tree, "tree_gpu_nvidia": 0.4 * tree},
                                           coverage)
     assert got == energy and coverage["capped_at_host"] is capped
     assert parts == pytest.approx({"tree_cpu_rapl": 0.6 * energy, "tree_gpu_nvidia": 0.4 * energy}, rel=1e-12)

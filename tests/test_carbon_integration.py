@@ -68,11 +68,11 @@ def test_eit_backend_in_a_training_run(tmp_path, monkeypatch):
     """``carbon.backend=eit`` on a host with (fake) RAPL: carbon.json names experiment-impact-tracker."""
     pytest.importorskip("experiment_impact_tracker")
     from test_carbon_eit import FakeRapl
-    from core import carbon
+    from core.carbon import tracker
     from core.config import load_config
     from pipelines.train import train
     rapl = FakeRapl(str(tmp_path / "powercap"))
-    monkeypatch.setattr(carbon, "RAPL_ROOT", rapl.root)
+    monkeypatch.setattr(tracker, "RAPL_ROOT", rapl.root)
     run_dir = str(tmp_path / "run")
     try:
         summary = train(load_config(None, TINY + ["carbon.backend=eit", "carbon.country=FRA"]), run_dir,
@@ -88,10 +88,10 @@ def test_eit_backend_in_a_training_run(tmp_path, monkeypatch):
 
 
 def test_eit_backend_without_rapl_falls_back_with_one_line(tmp_path, monkeypatch):
-    from core import carbon
+    from core.carbon import tracker
     from core.config import load_config
     from pipelines.train import train
-    monkeypatch.setattr(carbon, "RAPL_ROOT", str(tmp_path / "no-powercap"))
+    monkeypatch.setattr(tracker, "RAPL_ROOT", str(tmp_path / "no-powercap"))
     monkeypatch.setenv("PATH", os.path.dirname(os.path.realpath(os.sys.executable)))   # no nvidia-smi
     run_dir = str(tmp_path / "run")
     summary = train(load_config(None, TINY + ["carbon.backend=eit", "total_env_steps=600"]), run_dir, progress=False)

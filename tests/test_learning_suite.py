@@ -13,6 +13,7 @@ if ROOT not in sys.path:   # benchmarks/ is not an installed package
 
 from benchmarks import common  # noqa: E402
 from benchmarks.studies import learning_suite as suite  # noqa: E402
+from benchmarks.studies import suite_report  # noqa: E402
 from benchmarks.studies import suite_runs  # noqa: E402
 from core import report as report_lib  # noqa: E402
 
@@ -48,7 +49,7 @@ def _run_dir(root, name="run", summary_changes=None, evals=None, confirm=100, ta
 
 # -- record extraction ------------------------------------------------------------------------------------------------
 def test_record_from_summary_and_metrics(tmp_path):
-    rec = report_lib.suite_record(_run_dir(tmp_path))
+    rec = suite_report.suite_record(_run_dir(tmp_path))
     assert (rec["executor"], rec["env_id"], rec["algo"], rec["precision"]) == ("dask", "CartPole-v1", "dqn",
                                                                               "int8-dynamic")
     assert rec["reached"] is True and rec["env_steps_to_target"] == 24_576 and rec["time_to_target_s"] == 41.25
@@ -61,7 +62,7 @@ def test_record_from_summary_and_metrics(tmp_path):
 
 
 def test_record_unsolved_run(tmp_path):
-    rec = report_lib.suite_record(_run_dir(tmp_path, summary_changes={
+    rec = suite_report.suite_record(_run_dir(tmp_path, summary_changes={
         "time_to_target_s": None, "env_steps_to_target": None, "best_version": -1,
         "final_eval": {"fp32": {"mean": 150.0}, "int8-dynamic": {"mean": 140.0}}},
         evals=[(4000, 10.0, 100.0, None), (8000, 15.0, 160.0, None)]))
@@ -74,7 +75,7 @@ def test_record_derives_target_from_metrics_when_summary_lacks_it(tmp_path):
     # eval 2 reaches 475 unconfirmed, eval 3's confirmation is 470 < 475, eval 4 is confirmed at 480.
     evals = [(2000, 5.0, 100.0, None), (4000, 9.0, 480.0, None), (6000, 12.0, 490.0, 470.0),
              (8000, 15.5, 478.0, 480.0), (10000, 19.0, 500.0, 499.0)]
-    rec = report_lib.suite_record(_run_dir(tmp_path, summary_changes={"time_to_target_s": "DROP",
+    rec = suite_report.suite_record(_run_dir(tmp_path, summary_changes={"time_to_target_s": "DROP",
                                                                       "env_steps_to_target": "DROP"}, evals=evals))
     assert (rec["env_steps_to_target"], rec["time_to_target_s"], rec["reached"]) == (8000, 15.5, True)
     assert rec["derived"] == ["best_confirmed_return", "curve", "time_to_target_s", "env_steps_to_target"]
@@ -89,7 +90,7 @@ def test_record_derives_target_from_metrics_when_summary_lacks_it(tmp_path):
 ])
 def test_first_hit_rule(evals, confirm, expected_step):
     records = [{"step": s, "wall_s": w, "mean": m, "confirmed_mean": c} for s, w, m, c in evals]
-    hit = report_lib.first_hit(records, 475.0, confirm)
+    hit = suite_report.first_hit(records, 475.0, confirm)
     assert (hit and hit["step"]) == expected_step if expected_step else hit is None
 
 
@@ -107,7 +108,7 @@ RECORDS = [_rec("A", 0, 1000, 10.0, 500.0), _rec("B", 0, 2000, 20.0, 480.0), _re
 
 
 def test_suite_rows_exact():
-    a, b, c = report_lib.suite_rows(RECORDS)
+    a, b, c = suite_report.suite_rows(RECORDS)
     # A: steps [1000, 3000, inf] -> 3000; times [10, 30, inf] -> 30; finals [500, 480, 100] -> 480
     assert a == {"config": "A", "target": 475.0, "runs": 3, "seeds": [0, 1, 2], "solved": 2, "failed": 0,
                  "ended_at_target": 2, "median_env_steps_to_target": 3000.0, "median_time_to_target_s": 30.0,
@@ -121,7 +122,7 @@ def test_suite_rows_exact():
 
 
 def test_suite_markdown_table_exact():
-    table = report_lib.suite_markdown_table(report_lib.suite_rows(RECORDS))
+    table = suite_report.suite_markdown_table(suite_report.suite_rows(RECORDS))
     assert table.splitlines() == [
         "| config | target | solved | median env steps to target | median time to target (s) | "
         "median final return | final >= target |",
@@ -144,7 +145,7 @@ def test_write_suite_report_writes_one_png_per_config(tmp_path):
     records = [_rec("configs/x.yaml", 0, 2000, 20.0, 480.0, curve=[(1000, 5.0, 100.0), (2000, 9.0, 480.0)]),
                _rec("configs/x.yaml", 1, None, None, 200.0, curve=[(1000, 6.0, 50.0), (3000, 12.0, 200.0)]),
                _rec("configs/y.yaml inference=central", 0, None, None, None, status="failed")]
-    result = report_lib.write_suite_report(records, str(tmp_path / "rep"), notes=["commit abc"])
+    result = suite_report.write_suite_report(records, str(tmp_path / "rep"), notes=["commit abc"])
     names = sorted(os.path.basename(f) for f in result["files"])
     assert names == ["configs-x-yaml.png", "configs-y-yaml-inference-central.png", "learning-suite.md"]
     for f in result["files"][:2]:

@@ -62,7 +62,7 @@ def test_ratio_plots_show_the_per_seed_median_and_its_spread(tmp_path):
             _make_run(tmp_path, "d", "int8-dynamic", 1, 40.0, 470.0, 0.001, 0.001),
             _make_run(tmp_path, "e", "int8-full", 0, None, 470.0, 0.001, None)]
     runs = report_lib.load_runs(dirs)
-    from core.report_actorq import paired_ratios
+    from core.report.actorq import paired_ratios
     paired = paired_ratios(runs)
     speed, carbon = report_lib.ratio_bars(paired, "time_to_target"), report_lib.ratio_bars(paired, "carbon")
     assert speed == [{"label": "CartPole-v1 dqn\nint8-dynamic (n=2)", "median": 2.0, "lo": 1.0, "hi": 3.0, "n": 2},
@@ -124,18 +124,19 @@ def test_tasks_may_differ_between_groups(tmp_path):
 
 
 def test_training_curve_pools_commit_records_per_window_exactly():
+    from benchmarks.studies.suite_report import training_curve
     commits = [{"kind": "commit", "step": 960, "episodes": 1, "return_sum": -21.0},
                {"kind": "commit", "step": 1920, "episodes": 0, "return_sum": 0.0},
                {"kind": "commit", "step": 2000, "episodes": 2, "return_sum": -39.0},   # on the window's edge
                {"kind": "commit", "step": 2880, "episodes": 0, "return_sum": 0.0},
                {"kind": "commit", "step": 6100, "episodes": 4, "return_sum": -70.0},
                {"kind": "commit", "step": 7000}]                                      # an older record: skipped
-    assert report_lib.training_curve(commits, 2000) == [
+    assert training_curve(commits, 2000) == [
         {"env_steps": 2000, "episodes": 3, "mean_return": -20.0},
         {"env_steps": 4000, "episodes": 0, "mean_return": None},
         {"env_steps": 8000, "episodes": 4, "mean_return": -17.5}]
     with pytest.raises(ValueError, match="valid: > 0"):
-        report_lib.training_curve(commits, 0)
+        training_curve(commits, 0)
 
 
 def test_learning_curve_cli_reads_a_running_run_and_plots(tmp_path, capsys):

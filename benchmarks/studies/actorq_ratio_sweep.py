@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from core.report_actorq import _spread, paired_ratios   # median/min/max without Nones; per-seed-pair ratios
+from core.report.actorq import _spread, paired_ratios   # median/min/max without Nones; per-seed-pair ratios
 
 
 class SweepError(ValueError):
@@ -60,7 +60,7 @@ def setting_dirs(keep: str, task: str, size: str) -> List[str]:
 
 def load_points(keep: str, task: str, size: str) -> Dict[float, Dict[str, list]]:
     """``{replay_ratio: {precision: [Run, ...]}}`` from every kept run of the task at this size."""
-    from core.report_runs import load_run
+    from core.report.runs import load_run
     points: Dict[float, Dict[str, list]] = {}
     for sdir in setting_dirs(keep, task, size):
         for name in sorted(os.listdir(sdir)):

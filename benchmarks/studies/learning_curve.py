@@ -4,7 +4,7 @@ Reads ``metrics.jsonl`` of each run directory, finished or still running:
 the ``eval`` records (greedy evaluations of policy versions) and the
 ``commit`` records (episodes that ended in each committed block and their
 return sum, pooled per ``--window`` env steps by
-:func:`core.report_suite.training_curve`). Prints a markdown table per run
+:func:`benchmarks.studies.suite_report.training_curve`). Prints a markdown table per run
 and, with ``--out``, plots every run's curves on one PNG (one colour per run:
 evaluations as markers with their std, training windows as a line).
 ``--json`` writes one run's curves, or ``{"runs": [...]}`` for several.
@@ -78,7 +78,7 @@ def read_curve(run_dir: str, window: int) -> Dict[str, Any]:
     """One run's config, evaluations (one per planned step: a resumed run evaluates again) and training windows."""
     from core.config import ConfigError
     from core.metrics import read_metrics
-    from core.report_suite import training_curve
+    from benchmarks.studies.suite_report import training_curve
     records = read_metrics(run_dir)
     if not records:
         raise ConfigError(f"{run_dir!r} has no metrics.jsonl records; pass a directory written by "

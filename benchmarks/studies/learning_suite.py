@@ -13,12 +13,12 @@ What a record holds: the config and its overrides, seed, executor,
 process's start: imports, cluster start-up and evaluations included),
 ``final_return`` (best evaluated version, re-evaluated at the actors'
 precision), ``best_confirmed_return``, the evaluation curve, git commit,
-date, machine, load average, the command. See :func:`core.report.suite_record`.
+date, machine, load average, the command. See :func:`benchmarks.studies.suite_report.suite_record`.
 
 Then it renders ``<report dir>/learning-suite.md`` (one table row per config:
 target, solved k/N, median env steps and time to target, median final return)
 and one ``<config>.png`` per config (median return and min-max band over seeds,
-vs env steps and vs wall time) with :mod:`core.report`.
+vs env steps and vs wall time) with :mod:`benchmarks.studies.suite_report`.
 
 Usage::
 
@@ -235,7 +235,7 @@ def latest_per_label(records: List[Dict[str, Any]], head: Optional[str]) -> List
 
 def render(records: List[Dict[str, Any]], report_dir: str, commit: Optional[str]) -> Optional[Dict[str, Any]]:
     """Table and PNGs: ``commit``'s records, or (None) each label's at its chosen commit (:func:`latest_per_label`)."""
-    from core import report as report_lib
+    from benchmarks.studies.suite_report import write_suite_report
     if not records:
         return None
     commits = {r["git_commit"] for r in records}
@@ -257,7 +257,7 @@ def render(records: List[Dict[str, Any]], report_dir: str, commit: Optional[str]
              + ("" if len(by_commit) == 1 else ": " + ", ".join(labels)) for c, labels in by_commit.items()]
     notes += [f"{len(rs)} runs, {dates[0]} to {dates[-1]}, machine: {m.get('cpu', '?')} x {m.get('cores', '?')}",
               "command per run: `" + rs[0]["command"] + "` (config and seed vary)"]
-    return report_lib.write_suite_report(rs, report_dir, notes=notes)
+    return write_suite_report(rs, report_dir, notes=notes)
 
 
 # -- main -------------------------------------------------------------------------------------------------------------

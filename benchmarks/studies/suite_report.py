@@ -7,7 +7,7 @@
 (solved k/N, medians of env steps and time to target with an unsolved run
 counted as infinitely slow, median final return); :func:`plot_suite_curves`
 draws the median and min-max band over seeds
-(:func:`core.report_format.band_on_grid`).
+(:func:`core.report.format.band_on_grid`).
 
 Example::
 
@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from core.report_format import _fmt, _slug, band_on_grid
-from core.report_runs import load_run
+from core.report.format import _fmt, _slug, band_on_grid
+from core.report.runs import load_run
 
 
 def first_hit(evals: Sequence[Dict[str, Any]], target: float, confirm_episodes: int) -> Optional[Dict[str, Any]]:

@@ -5,7 +5,7 @@
 --run-dir DIR --no-progress [--set ...]`` in its own process group (so a
 timeout or Ctrl-C stops its Dask workers too), follows the env-step count in
 the run's ``metrics.jsonl`` with a progress bar (:class:`MetricsTail`), and
-returns the run's record (:func:`core.report.suite_record` plus commit,
+returns the run's record (:func:`benchmarks.studies.suite_report.suite_record` plus commit,
 date, machine, load and command). :class:`EtaModel` estimates the time left
 for the runs still to come.
 
@@ -200,7 +200,7 @@ def run_one(run: PlannedRun, run_dir: str, commit: str, dirty: bool, timeout: Op
     rec: Dict[str, Any] = {"config": run.config, "overrides": list(run.overrides), "label": run.label,
                            "seed": run.seed, "executor": run.executor, "target_return": run.target_return}
     if rc == 0 and os.path.exists(os.path.join(run_dir, "summary.json")):
-        from core.report import suite_record
+        from benchmarks.studies.suite_report import suite_record
         rec.update(status="ok", **suite_record(run_dir))
     else:
         rec.update(status="timeout" if rc is None else "failed", reached=False, env_steps_to_target=None,

@@ -19,7 +19,7 @@ gets these as ``--set eval.*`` overrides, equal to what it ships by default.
 Every system stops at its first hit.
 
 Per system: solved k/N, median time and env steps to 475 (a run that never
-reached it counts as infinitely slow, see ``core.report.median_to_target``),
+reached it counts as infinitely slow, see ``benchmarks.studies.suite_report.median_to_target``),
 median final return. Writes ``--out`` (JSON, every run) and the markdown table
 beside it (``.md``).
 
@@ -81,7 +81,7 @@ def databloom_command(seed: int, run_dir: str, args: argparse.Namespace) -> List
 
 
 def run_databloom(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
-    from core.report import suite_record
+    from benchmarks.studies.suite_report import suite_record
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")
         cmd = databloom_command(seed, run_dir, args)
@@ -128,7 +128,7 @@ def run_one(system: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
 def summarize(runs: Sequence[Dict[str, Any]], systems: Sequence[str]) -> List[Dict[str, Any]]:
     """One row per system: solved k/N, medians (unsolved = infinitely slow), per-seed values."""
     import numpy as np
-    from core.report import median_to_target
+    from benchmarks.studies.suite_report import median_to_target
     rows = []
     for system in systems:
         rs = sorted((r for r in runs if r["system"] == system), key=lambda r: r["seed"])

@@ -7,7 +7,7 @@ at ``stop()``::
 
     report = tracker._build_report(duration_s, meter_result)   # -> CarbonReport
 
-Routes. The ledger (:mod:`core.carbon_ledger`) only sees this host. Two more
+Routes. The ledger (:mod:`core.carbon.ledger`) only sees this host. Two more
 routes reach every other process that ran a stage:
 
 * stage records: a stage wrapped in :class:`core.stage_cpu.CountStageCpu`
@@ -24,7 +24,7 @@ per host, how many processes and CPU seconds were counted by which route,
 and ``stages_cpu_s`` splits stage CPU by stage function.
 
 The backend measures one part of the run; the CPU-time model
-(:mod:`core.carbon_model`) adds the rest:
+(:mod:`core.carbon.model`) adds the rest:
 
 * ``codecarbon`` measures **this whole machine**: every process on this host
   (ledger entries and reports with ``host`` None or this host) is already in
@@ -48,9 +48,9 @@ import socket
 from typing import Any, Dict, List, Optional, Tuple
 
 from core import stage_cpu
-from core.carbon_eit import EIT_PUE  # experiment-impact-tracker's built-in PUE, used by ActorQ
-from core.carbon_model import RAM_WATTS_PER_GB, co2e_kg, grid_intensity, process_time_energy_kwh
-from core.carbon_report import CarbonReport
+from core.carbon.eit import EIT_PUE  # experiment-impact-tracker's built-in PUE, used by ActorQ
+from core.carbon.model import RAM_WATTS_PER_GB, co2e_kg, grid_intensity, process_time_energy_kwh
+from core.carbon.report import CarbonReport
 
 #: How a process's CPU seconds reached the report (carbon.json ``coverage.routes``).
 ROUTES = {

@@ -22,7 +22,7 @@ from typing import Dict, Optional, Tuple
 
 
 def import_codecarbon():
-    """codecarbon module, or ImportError. ``core.carbon`` calls it as ``_import_codecarbon``, which tests replace."""
+    """codecarbon module, or ImportError. ``core.carbon.tracker`` calls it as ``_import_codecarbon``, which tests replace."""
     import codecarbon  # noqa: PLC0415 (optional dependency)
     return codecarbon
 

@@ -16,7 +16,7 @@ import json
 from typing import Any, Dict, List
 
 from core import urls
-from core.carbon_model import DEFAULT_WATTS_PER_THREAD
+from core.carbon.model import DEFAULT_WATTS_PER_THREAD
 
 SCHEMA_VERSION = 1
 REPORT_NAME = "carbon.json"

@@ -1,51 +1,14 @@
-"""Energy and carbon accounting for one training run, written to ``RUN_DIR/carbon.json``.
+"""``EnergyTracker``: one run's energy meter, its lifecycle and the backend choice.
 
-Usage (the training loop)::
-
-    tracker = EnergyTracker(run_dir, backend="auto", country="USA", pue=1.0,
-                            worker_pids_fn=lambda: client.run(os.getpid).values())
-    with tracker:                       # or tracker.start() ... tracker.stop()
-        client.submit(CountStageCpu(stage_fn, tracker.stage_cpu_sink), ...)   # stages on any host
-        train()
-        for label, cpu_s in worker_reports:   # Dask/Beam workers report their own CPU time
-            tracker.add_process_cpu_seconds(label, cpu_s, host=..., pid=...)
-    report = tracker.report             # CarbonReport; also in run_dir/carbon.json
-    carbon_ratio(fp32_report, int8_report)   # 1.9 -> int8 emitted 1.9x less
-
-This module is the public surface: it holds the tracker's lifecycle and the
-backend choice, and re-exports the names of the modules it is built from::
+Usage, the backends and the accounting rules: :mod:`core.carbon` (the package's
+public surface, which re-exports :class:`EnergyTracker`)::
 
     EnergyTracker --start--> backend meter (codecarbon | eit | none)
          |                   Ledger thread (psutil samples, this host)
          +----stop---------> stage records + reports --> Attribution --> CarbonReport --> carbon.json
 
-* :mod:`core.carbon_model`: the process-time model and grid intensity table;
-* :mod:`core.carbon_report`: ``CarbonReport`` (carbon.json) and ``carbon_ratio``;
-* :mod:`core.carbon_ledger`: per-process CPU seconds (psutil) and ``process_cpu_report``;
-* :mod:`core.carbon_attribution`: the no-double-count rule and the report's numbers;
-* :mod:`core.carbon_codecarbon`, :mod:`core.carbon_eit`: the measuring backends.
-
-Backends (``available_backends()`` lists the usable ones, best first):
-
-* ``codecarbon`` (default; extra ``databloom[carbon]``): codecarbon's
-  ``OfflineEmissionsTracker`` in ``tracking_mode="machine"``, offline, no
-  files (:mod:`core.carbon_codecarbon`).
-* ``eit`` (experiment-impact-tracker 0.1.8, what ActorQ used; extra
-  ``databloom[eit]``): used only where RAPL (``RAPL_ROOT/intel-rapl``) or
-  ``nvidia-smi`` exists *and* the package imports behind the compatibility
-  layer in :mod:`core.carbon_eit` (pandas 3, offline region from ``country``).
-  Otherwise one warning line names why and the tracker falls back to
-  ``auto``. eit writes pickles, so it logs to a temporary directory that is
-  deleted after its totals are read; only JSON lands in the run dir.
-* ``process-time`` (no dependency; also the fallback): the CPU-time model of
-  :mod:`core.carbon_model`, ``E_kWh = PUE * (sum_p cpu_s_p * W_thread + W_ram * T_wall) / 3.6e6``.
-
-``pue`` multiplies every backend's IT energy the same way (codecarbon is run at
-PUE 1 and eit's built-in 1.58 is divided out first). ``pue=1.58`` reproduces
-experiment-impact-tracker's (and so ActorQ's) accounting.
-
 ``RAPL_ROOT`` and ``_import_codecarbon`` are read from this module at call
-time, so tests that replace them here (``monkeypatch.setattr(carbon, ...)``)
+time, so tests that replace them here (``monkeypatch.setattr(tracker, ...)``)
 steer backend selection.
 """
 from __future__ import annotations
@@ -56,25 +19,16 @@ import time
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from core import stage_cpu, urls
-from core.carbon_attribution import ROUTES, Attribution
-from core.carbon_codecarbon import CodecarbonMeter, import_codecarbon
-from core.carbon_eit import EIT_PUE  # experiment-impact-tracker's built-in PUE, used by ActorQ
-from core.carbon_ledger import Ledger, process_cpu_report, process_cpu_seconds
-from core.carbon_model import (DEFAULT_WATTS_PER_THREAD, GRID_INTENSITY_G_PER_KWH, RAM_WATTS_PER_GB,
-                               WORLD_INTENSITY_G_PER_KWH, co2e_kg, grid_intensity, process_time_energy_kwh)
-from core.carbon_report import REPORT_NAME, SCHEMA_VERSION, CarbonReport, carbon_ratio
-
-__all__ = [
-    "BACKENDS", "DEFAULT_WATTS_PER_THREAD", "EIT_PUE", "GRID_INTENSITY_G_PER_KWH", "RAM_WATTS_PER_GB",
-    "RAPL_ROOT", "REPORT_NAME", "ROUTES", "SCHEMA_VERSION", "WORLD_INTENSITY_G_PER_KWH", "CarbonReport",
-    "EnergyTracker", "available_backends", "carbon_ratio", "co2e_kg", "grid_intensity", "process_cpu_report",
-    "process_cpu_seconds", "process_time_energy_kwh",
-]
+from core.carbon.attribution import Attribution
+from core.carbon.codecarbon_meter import CodecarbonMeter, import_codecarbon
+from core.carbon.ledger import Ledger
+from core.carbon.model import DEFAULT_WATTS_PER_THREAD
+from core.carbon.report import CarbonReport
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("codecarbon", "eit", "process-time")
-#: Where RAPL counters live; experiment-impact-tracker is pointed here (core.carbon_eit), tests move it.
+#: Where RAPL counters live; experiment-impact-tracker is pointed here (core.carbon.eit), tests move it.
 RAPL_ROOT = "/sys/class/powercap"
 #: codecarbon importer; tests replace it here to simulate codecarbon's absence.
 _import_codecarbon = import_codecarbon
@@ -82,8 +36,8 @@ _import_codecarbon = import_codecarbon
 
 def _eit_unavailable_reason() -> Optional[str]:
     """None when experiment-impact-tracker can measure here, else why not (one line)."""
-    from core import carbon_eit
-    return carbon_eit.unavailable_reason(RAPL_ROOT)
+    from core.carbon import eit
+    return eit.unavailable_reason(RAPL_ROOT)
 
 
 def available_backends() -> List[str]:
@@ -112,7 +66,7 @@ class EnergyTracker(Attribution):
       worker_pids_fn: returns PIDs of local worker processes (Dask/Beam); called
         every ``sample_interval_s``. Their CPU time, children included, is counted.
       watts_per_thread, ram_watts, intensity_g_per_kwh: override the CPU-time
-        model's constants and the grid intensity (None = core.carbon_model's defaults).
+        model's constants and the grid intensity (None = core.carbon.model's defaults).
       sample_interval_s: ledger sampling period; bounds the CPU time lost for
         an untracked-parent process that exits before ``stop()``.
     """
@@ -234,7 +188,7 @@ class EnergyTracker(Attribution):
             reason = _eit_unavailable_reason()
             if reason is None:
                 try:
-                    from core.carbon_eit import EitMeter
+                    from core.carbon.eit import EitMeter
                     return EitMeter(self.country, RAPL_ROOT), "eit"
                 except Exception as e:
                     reason = f"it failed to start ({type(e).__name__}: {e})"

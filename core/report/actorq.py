@@ -1,6 +1,6 @@
 """The ActorQ comparison report: precisions x seeds per task, relative to fp32.
 
-Input: comparable runs from :func:`core.report_runs.load_runs`. Per task x
+Input: comparable runs from :func:`core.report.runs.load_runs`. Per task x
 precision, over seeds (``k`` runs):
 
 * time to target ``T_p``: mean of ``summary.time_to_target_s`` over the
@@ -22,7 +22,7 @@ precision, over seeds (``k`` runs):
   int8 inference changes from what the learner and the machine add.
 
 Curves: :func:`curves` puts each precision's seeds on one grid
-(:func:`core.report_format.band_on_grid`, mean and min-max band).
+(:func:`core.report.format.band_on_grid`, mean and min-max band).
 
 Example::
 
@@ -39,8 +39,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from core.report_format import _fmt, _slug, band_on_grid
-from core.report_runs import Run, group_by_task
+from core.report.format import _fmt, _slug, band_on_grid
+from core.report.runs import Run, group_by_task
 
 
 def _mean(values: List[Optional[float]]) -> Optional[float]:
