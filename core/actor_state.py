@@ -3,7 +3,7 @@
 A run that is resumed, or a Beam round that continues the previous round's
 actors, needs each actor's state after its last task: the envs (physics
 state, step counters, RNG states of env and spaces), the observations and
-episode bookkeeping of :class:`core.rollout.ActorState`, the recurrent carry
+episode bookkeeping of :class:`core.actor.ActorState`, the recurrent carry
 and the frame stack. :func:`capture` turns that state into a JSON-able
 document; :func:`restore` builds the actor fresh from seeds (trusted code
 decides the type of every object) and then only *assigns stored data* into
@@ -72,7 +72,7 @@ class ActorStateUnsupported(ActorStateError):
 
 # --------------------------------------------------------------------------- capture
 def capture(state) -> Dict[str, Any]:
-    """``state`` (a :class:`core.rollout.ActorState` between tasks) as a JSON-able document."""
+    """``state`` (a :class:`core.actor.ActorState` between tasks) as a JSON-able document."""
     spec = state.spec
     fields = {k: _encode(v, k) for k, v in sorted(state.__dict__.items()) if k not in _ACTOR_SKIP}
     return {"format": FORMAT, "env_id": spec.env_id, "actor": int(spec.actor_id), "task": int(state.next_task),
@@ -121,8 +121,8 @@ def _encode(v, path: str):
 
 # --------------------------------------------------------------------------- restore
 def restore(spec, doc: Dict[str, Any]):
-    """A new :class:`core.rollout.ActorState` for ``spec`` holding ``doc``'s state (module docstring)."""
-    from core.rollout import ActorState
+    """A new :class:`core.actor.ActorState` for ``spec`` holding ``doc``'s state (module docstring)."""
+    from core.actor import ActorState
     _check_header(spec, doc)
     state = ActorState(spec, int(doc["task"]))
     for name, value in doc["state"].items():
@@ -275,7 +275,7 @@ def try_capture(state) -> Optional[Dict[str, Any]]:
 
 if __name__ == "__main__":      # cost of one capture (module docstring)
     import time
-    from core.rollout import ActorSpec, ActorState
+    from core.actor import ActorSpec, ActorState
     s = ActorState(ActorSpec(run_id="bench", env_id="CartPole-v1", num_envs=8, seed=0, actor_id=0), 0)
     t0 = time.perf_counter()
     for _ in range(200):

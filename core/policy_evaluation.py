@@ -38,7 +38,7 @@ def evaluate_payload(payload, env_id: str, episodes: int = 20, seed: int = 10_00
     carry = make_carry(selector, payload, episodes, spec.obs_dim * frame_stack)   # recurrent policies only
     stacker = None
     if frame_stack > 1:
-        from core.inference.server import FrameStacker   # numpy-only at import; no gRPC
+        from core.inference.frames import FrameStacker   # numpy-only at import; no gRPC
         stacker = FrameStacker(frame_stack)
     first = np.ones(episodes, bool)
     try:

@@ -64,7 +64,7 @@ def collect(run_dir: str, episodes: int, out: str, precision: str = "int8-dynami
     from core.dataset.collect import collect_rollout_task, needs_more
     from core.dataset.errors import DatasetError
     from core.replay import ReplayStore
-    from core.rollout import ActorSpec
+    from core.actor import ActorSpec
     from pipelines.run import stages
     from pipelines.executors.factory import make_executor
     check_options(episodes, epsilon, num_actors, num_envs, steps_per_task, seed)

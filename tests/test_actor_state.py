@@ -6,7 +6,8 @@ import pytest
 
 from core.actor_state import (ActorStateError, ActorStateUnsupported, capture, dumps, loads, restore,
                               try_capture)
-from core.rollout import ActorSpec, ActorState, rollout
+from core.actor import ActorSpec, ActorState
+from core.rollout import rollout
 
 
 def _payload(inputs, outputs):

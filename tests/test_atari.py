@@ -51,7 +51,7 @@ def test_bad_atari_ids_are_one_line_errors(bad, msg):
 
 def test_frames_are_stored_once_and_restacked_like_the_server_stacks_them():
     from core.agents.vtrace.learning import stack_frames
-    from core.inference.server import FrameStacker
+    from core.inference.frames import FrameStacker
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, (7, 2, 3, 3)).astype(np.uint8)     # [T, E, H, W] single frames
     stacker = FrameStacker(4)

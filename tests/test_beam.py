@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, GoogleCloudOpti
 
 from core import config as config_lib  # noqa: E402
 from core.config import ConfigError  # noqa: E402
-from core.rollout import ActorSpec  # noqa: E402
+from core.actor import ActorSpec  # noqa: E402
 from pipelines.beam import policy_files  # noqa: E402
 from pipelines.executors import beam as beam_executor  # noqa: E402
 

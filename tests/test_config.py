@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from core import config as config_lib
+from core.config import validation as config_validation
 from core.config import ConfigError, from_dict, load_config
 
 
@@ -157,8 +158,8 @@ def test_every_config_field_has_a_range_or_a_type_that_is_one():
     import typing
     leaves = _leaf_fields(config_lib.Config)
     by_type = {k for k, tp in leaves.items() if tp is bool or typing.get_origin(tp) is typing.Literal}
-    assert set(leaves) - by_type - CHECKED_ELSEWHERE == set(config_lib._RANGES)
-    assert set(BAD_VALUES) == set(config_lib._RANGES)
+    assert set(leaves) - by_type - CHECKED_ELSEWHERE == set(config_validation._RANGES)
+    assert set(BAD_VALUES) == set(config_validation._RANGES)
 
 
 def _set(data, key, value):
@@ -174,7 +175,7 @@ def test_every_out_of_range_value_is_one_line_naming_key_value_and_range(key):
     _set(data, key, BAD_VALUES[key])
     with pytest.raises(ConfigError) as err:
         from_dict(data)
-    _, desc = config_lib._RANGES[key]
+    _, desc = config_validation._RANGES[key]
     assert str(err.value) == f"config key '{key}' = {BAD_VALUES[key]!r} is out of range; valid: {desc}"
 
 
@@ -187,7 +188,7 @@ def test_every_out_of_range_value_is_one_line_naming_key_value_and_range(key):
 ])
 def test_range_edges_are_accepted(override, value):
     key = override.split("=")[0]
-    assert config_lib._get(load_config(overrides=[override]), key) == value
+    assert config_validation._get(load_config(overrides=[override]), key) == value
 
 
 def test_non_finite_agent_numbers_without_a_range_are_rejected(monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 
 from core.inference import protocol
 from core.inference.batching import DynamicBatcher
-from core.rollout import ActorSpec
+from core.actor import ActorSpec
 
 
 @pytest.fixture(scope="module")

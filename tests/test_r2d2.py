@@ -174,7 +174,8 @@ def test_burn_in_rows_receive_no_gradient_and_are_masked_out_of_the_loss():
 
 
 def _rollout(payload, steps=60, num_envs=3):
-    from core.rollout import ActorSpec, run_rollout_task
+    from core.actor import ActorSpec
+    from core.rollout import run_rollout_task
     spec = ActorSpec("r2d2-test", "pomdp:CartPole-v1", num_envs, 0, 0, selector="recurrent_epsilon_greedy")
     return run_rollout_task(spec, payload, 0, steps, {"epsilon": 0.5}).batch
 
@@ -343,7 +344,7 @@ def _central_server(payload, explore, **kw):
 def _central_actors(server, actor_ids, num_envs, steps):
     import threading
     from core.inference.client import run_env_actor_task
-    from core.rollout import ActorSpec
+    from core.actor import ActorSpec
     out = {}
     threads = [threading.Thread(target=lambda a=a: out.update({a: run_env_actor_task(
         server.endpoint(), ActorSpec("c", "pomdp:CartPole-v1", num_envs, 0, a), max_env_steps=num_envs * steps)}))
@@ -401,7 +402,7 @@ def test_reconnect_drops_stale_recurrent_state_and_starts_fresh_episodes():
     from core.agents.r2d2.learning import R2D2Learner
     from core.inference.client import _Session
     from core.quantize import PolicyQuantizer
-    from core.rollout import ActorSpec
+    from core.actor import ActorSpec
     learner = R2D2Learner(_spec(), _cfg(), seed=0)
     payload = PolicyQuantizer("fp32").quantize(learner.policy_model, version=1)
     server, plan = _central_server(payload, {"epsilon": 0.0})

@@ -187,7 +187,8 @@ def test_local_actor_stacks_frames_and_stores_single_uint8_frames_with_their_sta
     from core.agents.r2d2.networks import step
     from core.envs import env_spec
     from core.quantize import PolicyQuantizer
-    from core.rollout import ActorSpec, run_rollout_task
+    from core.actor import ActorSpec
+    from core.rollout import run_rollout_task
     learner = R2D2Learner(env_spec("atari:Pong"), _pixel_cfg(), seed=0)
     payload = PolicyQuantizer("fp32").quantize(learner.policy_model, version=1)
     spec = ActorSpec("r2d2-px", "atari:Pong", 2, 0, 0, max_episode_steps=12, selector="recurrent_epsilon_greedy",

@@ -214,7 +214,8 @@ def test_a_stored_actor_state_continues_the_actors_trajectory_exactly(payload, t
     task 1 exactly as the actor that never stopped (episodes cross the tasks)."""
     from core.replay import ReplayStore
     from core.actor_state import loads
-    from core.rollout import ActorSpec, StoredState, release_actors, run_rollout_task
+    from core.actor import ActorSpec
+    from core.rollout import StoredState, release_actors, run_rollout_task
     from pipelines.run import stages
     spec = ActorSpec("test-stored", "CartPole-v1", num_envs=3, seed=7, actor_id=2)
     explore = {"epsilon": 0.5}
@@ -245,7 +246,8 @@ def test_a_stored_actor_state_continues_the_actors_trajectory_exactly(payload, t
 def test_envs_whose_state_cannot_be_captured_are_rebuilt_and_the_resume_record_says_so(tmp_path, monkeypatch):
     from core import actor_state
     from core.replay import ReplayStore
-    from core.rollout import ActorSpec, ActorState, capture_document
+    from core.actor import ActorSpec, ActorState
+    from core.rollout import capture_document
     from pipelines.run import resume, stages
 
     def refuse(state):

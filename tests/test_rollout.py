@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from core.rollout import ActorSpec, epsilon_greedy, release_actors, run_rollout_task
+from core.actor import ActorSpec
+from core.exploration import epsilon_greedy
+from core.rollout import release_actors, run_rollout_task
 
 
 @pytest.fixture(scope="module")

@@ -135,7 +135,7 @@ def test_beam_round_stages_record_their_cpu(tmp_path):
     pytest.importorskip("apache_beam")
     from apache_beam.options.pipeline_options import PipelineOptions
     from core import config as config_lib
-    from core.rollout import ActorSpec
+    from core.actor import ActorSpec
     from pipelines.beam.blocks import BlockRun
     from pipelines.beam.graph import build_block_round
     from pipelines.beam.records import read_record

@@ -2,7 +2,8 @@
 import numpy as np
 
 from core.replay import ReplayStore
-from core.rollout import ActorSpec, release_actors, run_rollout_task
+from core.actor import ActorSpec
+from core.rollout import release_actors, run_rollout_task
 from core.trajectory import TrajectoryBatch
 from pipelines.run import stages
 

@@ -54,7 +54,7 @@ def fill(cfg, blocks: int, url: str, report_every: int = 16) -> List[Dict[str, f
     from core.envs import env_spec
     from core.quantize import PolicyQuantizer
     from core.replay import ReplayCache, ReplayStore
-    from core.rollout import ActorSpec
+    from core.actor import ActorSpec
     from pipelines.run import resume as resume_lib
     from pipelines.run import stages
     from pipelines.run.plan import TrainingPlan

@@ -37,7 +37,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from core.replay import ReplayStore  # noqa: E402
-from core.replay.shard_writer import _TensorstoreEngine, concat_rows, episode_segments  # noqa: E402
+from core.replay.shard_writer import concat_rows, episode_segments  # noqa: E402
+from core.replay.write_engines import _TensorstoreEngine  # noqa: E402
 from core.trajectory import TrajectoryBatch, make_episode_id, step_buffer  # noqa: E402
 
 

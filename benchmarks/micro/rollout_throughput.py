@@ -35,7 +35,8 @@ def make_payloads(hidden, precisions):
 
 
 def rollout_rate(payload, run_id, tasks, steps, envs):
-    from core.rollout import ActorSpec, release_actors, run_rollout_task
+    from core.actor import ActorSpec
+    from core.rollout import release_actors, run_rollout_task
     spec = ActorSpec(run_id, "CartPole-v1", envs, seed=0, actor_id=0)
     run_rollout_task(spec, payload, 0, 4, {"epsilon": 0.1})   # warm up: build envs + interpreter
     t0 = time.perf_counter()
@@ -64,7 +65,8 @@ def part_precision(args):
 
 def _dask_rate(n_workers, payload, args):
     from distributed import Client, LocalCluster, wait
-    from core.rollout import ActorSpec, run_rollout_task
+    from core.actor import ActorSpec
+    from core.rollout import run_rollout_task
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                       env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}) as cluster, Client(cluster) as c:
         ref = c.scatter(payload, broadcast=True)

@@ -38,7 +38,7 @@ def _payload():
 
 
 def _specs(run_id: str, actors: int, envs: int):
-    from core.rollout import ActorSpec
+    from core.actor import ActorSpec
     return tuple(ActorSpec(run_id, "CartPole-v1", envs, 0, a) for a in range(actors))
 
 
@@ -50,7 +50,7 @@ class RoundPlan:
     """Everything a round's workers need: small, picklable."""
     run_dir: str
     round: int
-    actor_specs: Tuple[Any, ...]            # core.rollout.ActorSpec per actor
+    actor_specs: Tuple[Any, ...]            # core.actor.ActorSpec per actor
     explore: Tuple[Dict[str, float], ...]   # selector params per actor
     steps_per_task: int
     actors_per_shard: int

@@ -65,7 +65,7 @@ def _payload(net: str, precision: str):
 def _local_actor(payload, env_id, num_envs, stack, seconds, actor_id, out, per_env=False):
     """Actor-side inference: the actor's own LiteRT policy, batched over its envs or one env at a time."""
     from core.envs import make_vector_env
-    from core.inference.server import FrameStacker
+    from core.inference.frames import FrameStacker
     from core.policy import LiteRTPolicy
     envs, obs = make_vector_env(env_id, num_envs, seed=actor_id)
     policy = LiteRTPolicy(payload, batch_size=1 if per_env else num_envs)
@@ -85,7 +85,8 @@ def _local_actor(payload, env_id, num_envs, stack, seconds, actor_id, out, per_e
 
 def _rollout_actor(payload, env_id, num_envs, seconds, actor_id, out):
     """The training-time local actor: rollout tasks of 32 steps recording trajectory rows."""
-    from core.rollout import ActorSpec, run_rollout_task
+    from core.actor import ActorSpec
+    from core.rollout import run_rollout_task
     spec = ActorSpec("bench", env_id, num_envs, 0, actor_id, selector="categorical")
     run_rollout_task(spec, payload, 0, 32, {})                 # builds the envs and the interpreter
     steps, task, t0, c0 = 0, 1, time.perf_counter(), time.process_time()
@@ -97,7 +98,7 @@ def _rollout_actor(payload, env_id, num_envs, seconds, actor_id, out):
 
 def _central_actor(endpoint, env_id, num_envs, seconds, actor_id, out):
     from core.inference.client import run_env_actor_task
-    from core.rollout import ActorSpec
+    from core.actor import ActorSpec
     spec = ActorSpec("bench", env_id, num_envs, 0, actor_id)
     # warm-up connection excluded: run for `seconds` worth of steps by time
     import threading

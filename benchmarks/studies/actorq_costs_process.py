@@ -86,7 +86,8 @@ def measure_version(model, precision: str, calib: np.ndarray, num_envs: int, thr
 
 def measure_rollouts(cfg, builder, payload, tasks: int, run_id: str) -> Tuple[Dict[str, float], List[Any]]:
     """The rollout stage per env step, and the results (shards for storage and learner)."""
-    from core.rollout import ActorSpec, release_actors, run_rollout_task
+    from core.actor import ActorSpec
+    from core.rollout import release_actors, run_rollout_task
     explore = builder.exploration(cfg.agent, 0, 0)
     spec = ActorSpec(run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, 0, cfg.env.max_episode_steps,
                      cfg.threads.litert, builder.action_selector)

@@ -29,7 +29,8 @@ def measure_rollouts_parallel(cfg, builder, payload, client, tasks: int, run_id:
     after each step it fetches a small value held by a busy worker, as the
     driver fetches a shard write's result, and ``gather_wall_s`` is their median.
     """
-    from core.rollout import ActorSpec, release_actors, run_rollout_task
+    from core.actor import ActorSpec
+    from core.rollout import release_actors, run_rollout_task
     workers = _workers(client)
     ref = client.scatter(payload, broadcast=True, hash=False)
     explore = builder.exploration(cfg.agent, 0, 0)

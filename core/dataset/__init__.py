@@ -18,6 +18,7 @@ One concept per module:
 * ``compact``  merge small shards into large ones (one replace entry)
 * ``relabel``  n-step return columns as new arrays (one replace entry)
 * ``export``   the export plan (episodes per owning shard) and the checked summary
+* ``ownership`` the episodes a shard owns, read whole with their step flags (both export formats)
 * ``rlds``     RLDS episodes as a TFDS dataset (tensorflow-datasets' writer)
 * ``parquet``  one Arrow/Parquet dataset, FixedSizeList columns, schema metadata
 

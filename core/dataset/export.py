@@ -20,7 +20,7 @@ Plan (the same for both, and for every engine)::
            --driver--> dataset-level metadata, counts checked against the plan, one rename
 
 Every episode is written whole by the task of the shard it starts in (it
-reads the segments in later shards itself), so no episode is split across
+reads the segments in later shards itself: :mod:`core.dataset.ownership`), so no episode is split across
 files. A task holds one shard's rows and one episode in memory, never the
 store. Output goes to a hidden staging folder next to ``PATH``, renamed to
 ``PATH`` only when every file is written, so no partial export is visible.
@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Dict, Iterator, List, Optional, Tuple
-
-import numpy as np
+from typing import Any, Dict, List, Optional, Tuple
 
 from core import urls
 from core.dataset import episodes, shards
@@ -59,11 +57,6 @@ def check_format(fmt: str) -> None:
     if fmt == "rlds":
         from core.dataset import rlds
         rlds.require_tfds()
-
-
-def step_flags(rows: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    return {"is_first": rows["step"] == 0, "is_last": rows["terminated"] | rows["truncated"],
-            "is_terminal": rows["terminated"].copy()}
 
 
 # -- plan ----------------------------------------------------------------------------------------
@@ -122,31 +115,6 @@ def _common_fields(parts: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
             raise DatasetError(f"shard {p['shard_id']} has fields {p['fields']}, shard {parts[0]['shard_id']} has"
                                f" {specs[0]}; valid for export: shards with one field layout (run relabel on all)")
     return specs[0] if specs else None
-
-
-# -- reading episodes (inside a write task) -------------------------------------------------------
-def owned_episodes(item: Dict[str, Any]) -> Iterator[Tuple[Dict[str, Any], Dict[str, np.ndarray]]]:
-    """``(episode, rows + step flags)`` for each episode the item's shard owns, in plan order.
-
-    The owning shard is read once, whole; segments in later shards are read
-    by slice (an episode continues into at most a few rows of the next shards).
-    """
-    own, _ = shards.read_rows(item)
-    readers: Dict[str, Any] = {}
-    for ep in item["episodes"]:
-        parts = []
-        for shard_id, token, start, length in ep["pieces"]:
-            if shard_id == item["shard_id"]:
-                parts.append({n: v[start:start + length] for n, v in own.items()})
-                continue
-            if shard_id not in readers:
-                readers[shard_id] = shards.reader({"store_url": item["store_url"], "shard_id": shard_id,
-                                                   "token": token})
-            r = readers[shard_id]
-            parts.append({n: r.read(n, slice(start, start + length)) for n in r.field_names})
-        rows = {k: np.concatenate([p[k] for p in parts]) if len(parts) > 1 else parts[0][k] for k in parts[0]}
-        rows.update(step_flags(rows))
-        yield ep, rows
 
 
 # -- driver --------------------------------------------------------------------------------------

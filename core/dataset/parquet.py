@@ -28,6 +28,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from core import urls
+from core.dataset.ownership import owned_episodes
 
 #: Rows buffered before a row group is written (bounds a task's Arrow copy of its rows).
 ROW_GROUP_ROWS = 1 << 16
@@ -76,7 +77,6 @@ def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
     written file's footer (what a reader will see).
     """
     import pyarrow.parquet as pq
-    from core.dataset.export import owned_episodes
     arrow_schema = schema(item["source"])
     name = f"part-{item['file_index']:05d}.parquet"
     fs, path = urls.resolve(urls.join(item["staging"], name))

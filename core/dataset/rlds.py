@@ -47,6 +47,7 @@ import numpy as np
 
 from core import urls
 from core.dataset.errors import DatasetError
+from core.dataset.ownership import owned_episodes
 
 #: Stored fields an RLDS step does not carry (the step flags and the episode metadata replace them).
 _NOT_STEP_FIELDS = ("terminated", "truncated", "episode_id", "step", "policy_version")
@@ -143,7 +144,6 @@ def write_shard(item: Dict[str, Any]) -> Dict[str, Any]:
     TFDS's ``ExampleWriter`` (TFDS's own ``ShardWriter`` tees the examples to
     count them, which would hold a whole shard of decoded episodes).
     """
-    from core.dataset.export import owned_episodes
     from tensorflow_datasets.core import example_serializer, file_adapters
     from tensorflow_datasets.core import writer as writer_lib
     feats = dataset_info(item["source"], item["staging"]).features

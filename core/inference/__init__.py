@@ -12,6 +12,7 @@ One concept per module:
 * ``unrolls``   UnrollAssembler: per-actor RLDS rows -> TrajectoryBatch unrolls, server-side
 * ``tasks``     TaskSchedule: per-actor grants of rollout tasks, policy versions in use, finished tasks
 * ``server``    InferenceServer: gRPC bidi-streaming service in the learner process (LiteRT fp32/int8)
+* ``streams``   ActorStreams: the server's side of one actor's stream (hello, steps, tasks, state capture)
 * ``client``    run_env_actor_task: an env-only actor with reconnect and backoff
 
 Example::

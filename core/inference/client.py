@@ -105,7 +105,7 @@ def run_env_actor_task(endpoint, spec, max_env_steps: Optional[int] = None, give
     Args:
       endpoint: a :class:`core.inference.endpoint.ServerEndpoint` (address ``unix:///path.sock``
         or ``host:port``, run token, TLS root certificate or None).
-      spec: a :class:`core.rollout.ActorSpec` (env id, num_envs, seed, actor id).
+      spec: a :class:`core.actor.ActorSpec` (env id, num_envs, seed, actor id).
       max_env_steps: stop after this many env steps (None: until the server's stop).
       give_up_s: fail with :class:`InferenceUnavailable` after this long without a connection.
     """
@@ -185,7 +185,7 @@ async def _run_actor(endpoint, spec, max_env_steps, give_up_s, backoff_s, max_ba
     import grpc
     from core.envs import env_spec, make_vector_env
     from core.inference.states import actor_half, restore_actor_half
-    from core.rollout import env_seed
+    from core.actor import env_seed
     address = endpoint.address
     opts = [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)]

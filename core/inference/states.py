@@ -4,7 +4,7 @@ In central mode an actor's state lives in two processes. The env-only actor
 (:mod:`core.inference.client`) holds the envs; the server holds, per
 connection, the episode bookkeeping (:class:`~core.inference.unrolls.UnrollAssembler`),
 the frame stack and the recurrent carry, and sees each step's observations
-and flags. A local actor (:class:`core.rollout.ActorState`) holds all of it.
+and flags. A local actor (:class:`core.actor.ActorState`) holds all of it.
 This module joins the halves into the local actor's :mod:`core.actor_state`
 document, so a central run's shards hold the very document a local run's
 hold (``pipelines.run.resume`` reads and validates either), and splits a stored
@@ -34,7 +34,7 @@ from core.inference.protocol import ProtocolError
 
 #: Fields of a local actor's document the env-only actor holds (all others are the server's).
 ACTOR_FIELDS = ("envs", "obs", "obs_terminated", "obs_truncated")
-#: Episode bookkeeping, named as in both core.rollout.ActorState and UnrollAssembler.
+#: Episode bookkeeping, named as in both core.actor.ActorState and UnrollAssembler.
 BOOKKEEPING = ("streams", "episode_id", "step", "started_in_task", "counted_task", "episode_return")
 
 
@@ -103,7 +103,7 @@ def join(env_id: str, task: int, unrolls, stacker, carry, obs: np.ndarray, termi
 class ResumePoint:
     """A stored actor state split for a resumed connection: the server's half decoded, the actor's as bytes.
 
-    Args (:meth:`from_document`): the actor's :class:`core.rollout.ActorSpec` and its stored document.
+    Args (:meth:`from_document`): the actor's :class:`core.actor.ActorSpec` and its stored document.
     """
 
     def __init__(self, task: int, bookkeeping: Dict[str, Any], frames: Optional[np.ndarray], carry,

@@ -6,6 +6,7 @@ One concept per module:
 * ``chunks``       chunk completeness: every chunk a zarr array's grid implies must be stored
 * ``aggregator``   ShardAggregator: many small task batches -> one shard
 * ``shard_writer`` ShardWriter: batches -> one zarr v3 group (tensorstore or zarr-python)
+* ``write_engines`` the tensorstore and zarr-python engines a shard is written with, the array layout
 * ``shard_reader`` ShardReader: decode arrays; checksum/missing-chunk errors name shard/array/chunk
 * ``exclusive``    exclusive create per store kind (os.link, tensorstore generations, a lock)
 * ``commit_log``   numbered, exclusively created log entries; optimistic concurrency; gap checks

@@ -41,7 +41,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from core import urls
-from core.rollout import ActorSpec
+from core.actor import ActorSpec
 from pipelines.beam import policy_files
 from pipelines.beam.records import (eval_digest, final_path, read_json, read_record, round_digest, round_path,
                                     write_json, write_record)
@@ -132,7 +132,7 @@ def load_actor(actor: int, first_block: int, run: BlockRun) -> Tuple[int, Option
     ``ActorState.snapshot()`` bytes (in memory: Beam encodes elements between
     stages); None for envs that cannot be captured (rebuilt, new episodes).
     """
-    from core.rollout import ActorState
+    from core.actor import ActorState
     spec = run.actor_specs[actor]
     task = first_block * run.plan.tasks_per_block
     if first_block == 0:
@@ -175,7 +175,8 @@ def roll_block(item: Tuple[int, Optional[bytes]], block: int, version_state: Dic
     The state goes on to the next block's RollOut as pipeline data; after the
     round's last block it is also stored as a document for the next round.
     """
-    from core.rollout import ActorState, rollout
+    from core.actor import ActorState
+    from core.rollout import rollout
     actor, blob = item
     if version_state["stop"]:
         return actor, blob, []      # planned past a stop: never committed

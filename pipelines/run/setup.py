@@ -30,7 +30,7 @@ import numpy as np
 
 from core import config as config_lib
 from core import urls
-from core.rollout import ActorSpec
+from core.actor import ActorSpec
 
 
 def check_run_dir(run_dir: str, resume: bool, resume_needs_config: bool = False) -> None:
@@ -64,7 +64,7 @@ def run_id(cfg, run_dir: Optional[str] = None) -> str:
 
 
 def actor_specs(cfg, run_id: str, selector: str, first_task: int = 0) -> List[ActorSpec]:
-    """One :class:`~core.rollout.ActorSpec` per actor; ``first_task``: the task actors are built at from seeds."""
+    """One :class:`~core.actor.ActorSpec` per actor; ``first_task``: the task actors are built at from seeds."""
     return [ActorSpec(run_id, cfg.env.id, cfg.env.num_envs, cfg.seed, a, cfg.env.max_episode_steps,
                       cfg.threads.litert, selector, first_task=first_task,
                       frame_stack=getattr(cfg.agent, "frame_stack", 1))
