@@ -1,4 +1,4 @@
-"""Evaluations of a training run: planned, submitted as executor tasks, decided in block order.
+"""The evaluation schedule of a training run: evaluations planned, submitted as executor tasks, decided in block order.
 
 :class:`EvaluationSteps` is the part of :class:`pipelines.run.driver.Trainer`
 that evaluates policy versions (a mixin, like :class:`pipelines.run.block_tasks.BlockTasks`)::
@@ -12,7 +12,10 @@ that evaluates policy versions (a mixin, like :class:`pipelines.run.block_tasks.
                                          again, same versions and seeds (pipelines.run.resume)
 
 Seeds depend only on the evaluation's number, so every executor evaluates
-the same episodes and the stop falls on the same block.
+the same episodes and the stop falls on the same block. Each evaluation task
+is :func:`core.policy_evaluation.run_evaluation_task` (the function that
+evaluates a policy); the ``python -m pipelines.evaluate`` tool evaluates a
+finished run's policy.
 """
 from __future__ import annotations
 
