@@ -25,7 +25,7 @@ After a lost worker, Dask recomputes lost results from their dependency
 chain (back to the actor's first task if need be), so the run usually stays
 bit-identical: a worker of a real 2-worker cluster SIGKILLed after the first
 commit left parameters and replay identical to a local run in 13 of 14 trials
-(``tests/test_determinism.py::test_a_real_cluster_that_loses_a_worker_is_identical_or_the_documented_exception``
+(``tests/pipelines/test_determinism.py::test_a_real_cluster_that_loses_a_worker_is_identical_or_the_documented_exception``
 asserts identity, or this exception where a committed episode id carries the
 incarnation bit). Fault tolerance,
 not bit-identity, when the state is gone: a task whose predecessor's result

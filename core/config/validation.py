@@ -93,7 +93,7 @@ MAX_SEED = 1_000_000_000
 
 # Range checks: key -> (predicate, description of the valid range). Every leaf of Config except
 # ``agent`` (the algorithm's own RANGES), ``env.id`` (core.envs.check_env_id), booleans and
-# Literal choices (checked by type) has an entry; tests/test_config.py asserts that property.
+# Literal choices (checked by type) has an entry; tests/core/test_config.py asserts that property.
 _RANGES: Dict[str, Tuple[Any, str]] = {
     "name": (lambda v: bool(v) and v not in (".", "..") and "/" not in v and "\\" not in v
              and v == v.strip(), "a non-empty name without '/', not '.' or '..' (it names runs/<name>)"),

@@ -52,7 +52,7 @@ step, and with which exploration, is fixed by the plan, not by timing; the
 actions of task ``k`` are sampled with ``default_rng([seed, actor, k, 1])``
 (the local actor's stream), and batching across actors changes no row
 (LiteRT rows are independent of the batch they run in, checked by
-``tests/test_central_plan.py``), so a run's replay does not depend on how
+``tests/pipelines/test_central_plan.py``), so a run's replay does not depend on how
 requests happened to be batched. Rows of different versions in one batch run
 as separate calls (:class:`DynamicBatcher` keys), each on the runner of its
 version (up to ``max_versions`` runners, least recently used recycled).

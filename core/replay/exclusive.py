@@ -19,7 +19,7 @@ safe for concurrent writers:
   passes to tensorstore (``core.urls.s3_endpoint_options``); the server must
   answer ``If-None-Match: *`` on PUT with 412 (AWS S3 since 2024-08;
   moto >= 5.0.15; older moto ignores it, which the test detects).
-  Tested against moto: ``tests/replay/test_replay_s3.py``.
+  Tested against moto: ``tests/core/replay/test_replay_s3.py``.
 * **memory://**: fsspec's in-process memory file system, a check-then-create
   under a process-wide lock. Safe for threads of one process, which is all
   that can see a memory:// store. (tensorstore's own ``memory`` kvstore is a

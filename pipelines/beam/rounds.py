@@ -7,7 +7,7 @@ plan's blocks (:mod:`pipelines.beam.launcher` submits them,
 their learner stage). Local, Dask and Beam run the same
 :mod:`pipelines.run.plan` schedule, so a config and seed give bit-identical
 learner parameters and committed replay on all of them
-(tests/test_beam_identity.py).
+(tests/pipelines/test_beam_identity.py).
 
 Reproducibility, in detail: a Beam round holds ``blocks_per_round``
 consecutive plan blocks; block ``b``'s tasks are ``plan.tasks(b)`` into shard

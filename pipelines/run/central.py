@@ -20,7 +20,7 @@ of block ``b`` is the ``T = actors.steps_per_task`` steps ``k*T ..`` of actor
 
 So the versions, exploration and action RNG of every step are the plan's,
 and the server's batching cannot change a row (LiteRT rows do not depend on
-the batch they run in; ``tests/test_central_plan.py`` checks it): a config and
+the batch they run in; ``tests/pipelines/test_central_plan.py`` checks it): a config and
 seed give bit-identical parameters and replay, with the local or the Dask
 executor. The grants replace the old step budget: actors run at most
 ``actors.policy_lag`` blocks ahead of the learner, as on Dask. Nothing is

@@ -23,7 +23,7 @@ import pytest
 
 from pipelines import cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ENV = {**os.environ, "PYTHONPATH": ROOT}
 
 

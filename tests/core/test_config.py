@@ -136,7 +136,7 @@ BAD_VALUES = {
     "threads.tf_intra_op": -1, "threads.tf_inter_op": -1, "threads.litert": 0,
 }
 #: Leaves checked elsewhere: env.id by core.envs.check_env_id (with suggestions); the inference
-#: server's host and TLS files by core.inference.endpoint.check_config (tests/test_inference.py).
+#: server's host and TLS files by core.inference.endpoint.check_config (tests/core/inference/test_inference.py).
 CHECKED_ELSEWHERE = {"env.id", "inference_server.bind_host", "inference_server.tls_cert",
                      "inference_server.tls_key"}
 
@@ -192,7 +192,7 @@ def test_range_edges_are_accepted(override, value):
 
 
 def test_non_finite_agent_numbers_without_a_range_are_rejected(monkeypatch):
-    # Every agent field has a range now (tests/test_agent_config.py); this guards the fallback for a new one.
+    # Every agent field has a range now (tests/core/agents/test_agent_config.py); this guards the fallback for a new one.
     from core.agents.dqn import config as dqn_config
     monkeypatch.delitem(dqn_config.RANGES, "huber_delta")
     with pytest.raises(ConfigError) as err:

@@ -19,7 +19,7 @@ import pytest
 from core import urls
 
 VALID = urls.VALID_FORMS
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 # -- the parser: exact normal forms and refusals ---------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from core import run_lock, urls
 from core.run_lock import LOCK_NAME, RunDirInUse, RunLock
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HOLDER = ("import sys, time; from core.run_lock import RunLock; RunLock(sys.argv[1]).acquire(); "
           "print('held', flush=True); time.sleep(600)")
 

@@ -200,15 +200,15 @@ with open(sys.argv[3], "w") as f:
 def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_path):
     """The learner runs as the round pipelines' Learn stage (DirectRunner worker processes): the launcher
     process ends its run without TensorFlow, Keras or LiteRT in sys.modules, and the run learns to the
-    executor smoke test's threshold (tests/test_executors.py: 100), here within 2 rounds (4,096 env
+    executor smoke test's threshold (tests/pipelines/test_executors.py: 100), here within 2 rounds (4,096 env
     steps; seed 0 scores 187 at its second evaluation) to halve the test's time."""
     from test_executors import THRESHOLD, assert_complete_run_dir, small_config
     budget = 4_096
     run_dir, out = str(tmp_path / "run"), str(tmp_path / "out.json")
     cfg = small_config("beam", total_env_steps=budget)
     proc = subprocess.run([sys.executable, "-c", LAUNCHER, config_lib.to_json(cfg), run_dir, out],
-                          capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)),
-                          env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
+                          capture_output=True, text=True, timeout=600, cwd=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")),
+                          env={**os.environ, "PYTHONPATH": os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))})
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(out) as f:
         result = json.load(f)

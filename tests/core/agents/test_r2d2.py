@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "replay"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "replay"))
 
 from core.agents.r2d2.actor import LSTMCarry, ladder_epsilon  # noqa: E402
 from core.agents.r2d2.losses import (inverse_value_rescale, nstep_indices, sequence_priorities,  # noqa: E402
@@ -498,6 +498,7 @@ def test_r2d2_central_run_is_the_local_run(tmp_path):
     """
     from core.config import load_config
     from pipelines.train import train
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "pipelines"))  # the run comparisons
     from test_determinism import _assert_same_run, _replay
     runs = []
     for inference in ("central", "local"):

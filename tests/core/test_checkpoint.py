@@ -25,7 +25,7 @@ import zarr
 
 from core.checkpoint import Checkpointer, CheckpointError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def make_state(seed: int) -> dict:

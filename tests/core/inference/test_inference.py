@@ -693,7 +693,7 @@ def test_tls_config_errors_are_one_line(tmp_path):
 def test_vtrace_learns_cartpole_with_central_inference(tmp_path):
     """Learning regression (SEED mode): env-only actor processes + batched int8 inference, >= 300.
 
-    Central runs follow the training plan (tests/test_central_plan.py), so a
+    Central runs follow the training plan (tests/pipelines/test_central_plan.py), so a
     seed gives one run. Before that (timing-dependent runs), best evaluation
     within 200k env steps, shipped config (lr 5e-4), learning-suite central
     sweeps of 2026-12-01, seeds 0-4 twice: 497, 478, 348, 500, 500 and 497,

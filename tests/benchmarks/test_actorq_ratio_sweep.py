@@ -8,7 +8,7 @@ import pytest
 from benchmarks.studies import actorq_model, actorq_ratio_sweep as sweep
 from core import config as config_lib
 from test_actorq_costs import _costs
-from test_report import _make_run
+from synthetic_runs import make_run as _make_run
 
 
 def _kept(root, setting, precision, seed, ratio, ttt, steps_to_target, wall=100.0, busy=None, config=None):

@@ -6,7 +6,7 @@ cluster"). The fault test SIGKILLs one worker while rollouts are in flight:
 training must finish, the replay log must hold every committed shard once,
 completely, with consistent episodes, and the final policy must still reach
 ``THRESHOLD`` within ``BUDGET`` env steps (the same bar as
-tests/test_executors.py). With ``--set learner.resources='{"GPU": 1}'`` and one
+tests/pipelines/test_executors.py). With ``--set learner.resources='{"GPU": 1}'`` and one
 worker started with ``--resources GPU=1``, the learner runs as a Dask actor on
 that worker and the other runs the actors; if that worker dies the run stops
 with one line naming ``--resume``, and resuming finishes it. About 3 minutes
@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUDGET = 8_192
 THRESHOLD = 100.0
 TRAIN_SETTINGS = ["--set", f"total_env_steps={BUDGET}", "--set", "actors.num_actors=2",
@@ -211,7 +211,7 @@ def test_the_learner_runs_on_the_worker_with_the_requested_resource(gpu_cluster,
     assert learned >= THRESHOLD
     # Task results stay under 1% of the trajectory bytes; the placed learner's metric records (losses, broadcast
     # quality, version metadata; their count follows the background quality probe) cross too (as in
-    # tests/test_determinism.py's placed case).
+    # tests/pipelines/test_determinism.py's placed case).
     traj = summary["trajectory_bytes_per_env_step"]
     received = _metrics(str(run_dir), "schedule")[-1]["driver_bytes_in"]
     assert 0 < received["tasks"] / summary["env_steps"] < 0.01 * traj

@@ -20,7 +20,7 @@ from core.carbon import tracker
 from core.carbon import (CarbonReport, EnergyTracker, available_backends, carbon_ratio,
                          co2e_kg, grid_intensity, process_time_energy_kwh)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def _no_codecarbon(monkeypatch):

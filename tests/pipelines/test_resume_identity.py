@@ -1,6 +1,6 @@
 """A run killed with SIGKILL after a checkpoint and resumed ends bit-identical to an uninterrupted one.
 
-The default config with tests/test_determinism.py's SETTINGS (4,096 env
+The default config with tests/pipelines/test_determinism.py's SETTINGS (4,096 env
 steps: 4 blocks, 2,048 learner steps, checkpoints at learner steps 1,024 and
 2,048, two evaluations) runs once uninterrupted, in process. Each other run
 is ``python -m pipelines.train`` in a subprocess, SIGKILLed once its first
@@ -26,7 +26,7 @@ import pytest
 from test_determinism import SETTINGS, _assert_same_run, _params, _replay, _run  # noqa: F401
 from test_training import KILL_AFTER
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ENV = {**os.environ, "PYTHONPATH": REPO}
 SET = [a for s in SETTINGS for a in ("--set", s)]
 

@@ -74,9 +74,9 @@ def assert_complete_run_dir(run_dir, summary):
     assert os.path.isfile(os.path.join(run_dir, "summary.json"))
 
 
-# Beam's learning run is tests/test_beam.py::test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns
+# Beam's learning run is tests/pipelines/test_beam.py::test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns
 # (the same small config, run as the launcher a user starts, with this test's checks); a Beam run resumed with
-# a larger budget is tests/test_beam_identity.py::test_a_beam_run_resumed_with_a_larger_budget_is_bit_identical.
+# a larger budget is tests/pipelines/test_beam_identity.py::test_a_beam_run_resumed_with_a_larger_budget_is_bit_identical.
 @pytest.mark.parametrize("executor", ["local", "dask"])
 def test_executor_learns_cartpole_and_leaves_a_complete_run_dir(executor, tmp_path):
     run_dir = tmp_path / executor

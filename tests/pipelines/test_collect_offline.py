@@ -156,7 +156,7 @@ def test_offline_resume_after_sigkill_is_bit_identical(expert_store, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.train", "--offline-dataset", expert_store,
                              "--run-dir", killed, "--no-progress", *[a for s in RESUME_SETTINGS for a in ("--set", s)]],
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env=env,
+                            cwd=os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, step = time.time() + 120, None

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "replay"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "core", "replay"))
 from replay_fakes import random_batch  # noqa: E402
 
 from pipelines.executors.factory import make_pass_executor  # noqa: E402

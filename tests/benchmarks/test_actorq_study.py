@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.studies import actorq_study
 from core import report as report_lib
-from test_report import _make_run
+from synthetic_runs import make_run as _make_run
 
 
 def _with_workers(run_dir, *env_steps):
