@@ -9,7 +9,9 @@ This package's ``__init__`` is the public surface; the work is in three modules 
   whose configs differ beyond ``actors.precision`` and ``seed`` (:class:`ReportError`);
 * :mod:`core.report.actorq`: per task x precision over seeds, relative to fp32
   (time to target, speedup, final return, energy, CO2e, throughput) and its plots;
-* :mod:`core.report.format`: curve bands on one grid, table cells, file-name slugs.
+* :mod:`core.report.format`: curve bands on one grid, table cells, file-name slugs;
+* :mod:`core.report.aggregate`: the field's statistics over seeds (IQM, stratified bootstrap CIs,
+  probability of improvement, performance profiles), behind ``python -m pipelines.report sweep``.
 
 The learning suite's report (configs x seeds), which only the benchmark studies
 use, is :mod:`benchmarks.studies.suite_report`; it reads runs with

@@ -1,0 +1,140 @@
+"""The Dask backend of a sweep: each run is one task, and the task runs the run's ``pipelines.train`` process.
+
+On an embedded ``LocalCluster`` (``n_workers=--workers``, ``threads_per_worker=1``, so one run per
+worker process at a time) or on an existing cluster (``--dask-address``; each worker needs DataBloom
+installed and the sweep directory on a shared filesystem, since the run writes its directory and log
+there). The task (:func:`run_in_worker`) starts the process with the worker's own Python, waits for it,
+and returns its exit status. A stop is a ``distributed.Event`` the tasks watch: once it is set, each
+task sends its run SIGTERM (again every 2 s until the run exits: the embedded cluster's workers start with
+SIGTERM ignored, as :mod:`pipelines.executors.dask`'s do, so a run ignores it until its driver loop
+installs the planned-stop handler) and returns the run's status (130 after a planned stop). Tasks have
+no retries: a run whose worker was lost is recorded as failed with that one line, and ``--resume``
+continues it from its checkpoint.
+
+Example::
+
+    backend = DaskBackend(address=None, workers=2)       # an embedded LocalCluster of 2 workers
+    backend.start(run.name, run.train_args(run_dir), log_path)
+    ended = backend.wait(1.0)                            # [(name, returncode)]
+    backend.close()
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from pipelines.sweeps.launch import open_log, run_env, train_command
+
+
+def run_in_worker(args: Sequence[str], log_path: str, stop_event: str) -> int:
+    """Run ``python -m pipelines.train ARGS`` here, appending to ``log_path``; SIGTERM it once the stop is set."""
+    from distributed import Event
+    stop = Event(stop_event)
+    with open_log(log_path, args) as log:
+        proc = subprocess.Popen(train_command(args), stdout=log, stderr=subprocess.STDOUT, env=run_env(),
+                                stdin=subprocess.DEVNULL)
+        last_term = None
+        while proc.poll() is None:
+            try:
+                stopping = last_term is not None or stop.is_set()
+            except Exception:  # noqa: BLE001 - scheduler unreachable: keep the run going
+                stopping = False
+            if stopping and (last_term is None or time.monotonic() - last_term > 2.0):
+                proc.send_signal(signal.SIGTERM)
+                last_term = time.monotonic()
+            time.sleep(0.5)
+        return proc.returncode
+
+
+@contextlib.contextmanager
+def _ignore_stop_signals():
+    """Workers inherit SIGINT/SIGTERM ignored: a Ctrl-C or group SIGTERM reaches the sweep alone, which stops
+    the runs in order and closes the cluster."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class DaskBackend:
+    """Runs as tasks on an embedded LocalCluster or the cluster at ``address``."""
+
+    def __init__(self, address: Optional[str], workers: int):
+        from distributed import Client, Event, LocalCluster
+        self._cluster = None
+        if address:
+            self.client = Client(address, timeout="20s")
+        else:
+            with _ignore_stop_signals():
+                self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
+                                             dashboard_address=None, silence_logs=logging.ERROR)
+            self.client = Client(self._cluster)
+        self.client.wait_for_workers(1, timeout=60)
+        self._event_name = f"databloom-sweep-stop-{uuid.uuid4().hex}"
+        self._stop = Event(self._event_name, client=self.client)
+        self._futures: Dict[str, object] = {}
+
+    def capacity(self) -> int:
+        """Worker threads of the cluster now (one run per thread)."""
+        return max(1, sum(self.client.nthreads().values()))
+
+    def start(self, name: str, args: Sequence[str], log_path: str) -> None:
+        self._futures[name] = self.client.submit(run_in_worker, list(args), log_path, self._event_name,
+                                                 key=f"sweep-run-{name}-{uuid.uuid4().hex[:8]}", pure=False,
+                                                 retries=0)
+
+    def wait(self, timeout_s: float) -> List[Tuple[str, int]]:
+        from distributed import wait as dask_wait
+        if not self._futures:
+            return []
+        try:
+            dask_wait(list(self._futures.values()), timeout=timeout_s, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            return []
+        ended = []
+        for name, fut in list(self._futures.items()):
+            if fut.done():
+                del self._futures[name]
+                try:
+                    ended.append((name, int(fut.result())))
+                except Exception as e:  # noqa: BLE001 - a lost worker or a task error: the run failed
+                    ended.append((name, _TaskError(f"{type(e).__name__}: {e}".splitlines()[0])))
+        return ended
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def kill(self) -> None:
+        self._stop.set()
+        for fut in self._futures.values():
+            fut.cancel()
+
+    def running(self) -> int:
+        return len(self._futures)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+        if self._cluster is not None:
+            with contextlib.suppress(Exception):
+                self._cluster.close()
+
+
+class _TaskError(int):
+    """A task that raised instead of returning a status: exit status 1 that carries its one-line message."""
+
+    def __new__(cls, message: str):
+        obj = super().__new__(cls, 1)
+        obj.message = message
+        return obj
