@@ -32,12 +32,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from pipelines.sweeps.launch import open_log, run_env, train_command
 
 
-def run_in_worker(args: Sequence[str], log_path: str, stop_event: str) -> int:
+def run_in_worker(args: Sequence[str], log_path: str, stop_event: str, program: Optional[Sequence[str]] = None) -> int:
     """Run ``python -m pipelines.train ARGS`` here, appending to ``log_path``; SIGTERM it once the stop is set."""
     from distributed import Event
     stop = Event(stop_event)
     with open_log(log_path, args) as log:
-        proc = subprocess.Popen(train_command(args), stdout=log, stderr=subprocess.STDOUT, env=run_env(),
+        proc = subprocess.Popen(train_command(args, program), stdout=log, stderr=subprocess.STDOUT, env=run_env(),
                                 stdin=subprocess.DEVNULL)
         last_term = None
         while proc.poll() is None:
@@ -70,9 +70,10 @@ def _ignore_stop_signals():
 class DaskBackend:
     """Runs as tasks on an embedded LocalCluster or the cluster at ``address``."""
 
-    def __init__(self, address: Optional[str], workers: int):
+    def __init__(self, address: Optional[str], workers: int, program: Optional[Sequence[str]] = None):
         from distributed import Client, Event, LocalCluster
         self._cluster = None
+        self.program = list(program) if program else None     # tests put a stand-in trainer here
         if address:
             self.client = Client(address, timeout="20s")
         else:
@@ -90,7 +91,7 @@ class DaskBackend:
         return max(1, sum(self.client.nthreads().values()))
 
     def start(self, name: str, args: Sequence[str], log_path: str) -> None:
-        self._futures[name] = self.client.submit(run_in_worker, list(args), log_path, self._event_name,
+        self._futures[name] = self.client.submit(run_in_worker, list(args), log_path, self._event_name, self.program,
                                                  key=f"sweep-run-{name}-{uuid.uuid4().hex[:8]}", pure=False,
                                                  retries=0)
 

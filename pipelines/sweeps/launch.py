@@ -29,16 +29,16 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 #: single-threaded numeric libraries in every run (TensorFlow's own pools come from the config's threads.*)
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def train_command(args: Sequence[str]) -> List[str]:
-    """The full command line of a run, with this process's Python."""
-    return [sys.executable, "-m", "pipelines.train", *args]
+def train_command(args: Sequence[str], program: Optional[Sequence[str]] = None) -> List[str]:
+    """The full command line of a run: ``program`` (default: this process's ``python -m pipelines.train``) + args."""
+    return [*(program or (sys.executable, "-m", "pipelines.train")), *args]
 
 
 def run_env() -> Dict[str, str]:
@@ -65,8 +65,9 @@ class LocalBackend:
     checkpoint at its next learner block end and exit status 130 (:mod:`pipelines.run.stop_signal`).
     """
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, program: Optional[Sequence[str]] = None):
         self.workers = max(1, int(workers))
+        self.program = list(program) if program else None     # tests put a stand-in trainer here
         self._procs: Dict[str, Tuple[subprocess.Popen, object]] = {}
 
     def capacity(self) -> int:
@@ -74,7 +75,7 @@ class LocalBackend:
 
     def start(self, name: str, args: Sequence[str], log_path: str) -> None:
         log = open_log(log_path, args)
-        proc = subprocess.Popen(train_command(args), stdout=log, stderr=subprocess.STDOUT, env=run_env(),
+        proc = subprocess.Popen(train_command(args, self.program), stdout=log, stderr=subprocess.STDOUT, env=run_env(),
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         self._procs[name] = (proc, log)
 

@@ -25,8 +25,10 @@ from pipelines.sweeps.spec import check_run_name
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ENV = {**os.environ, "PYTHONPATH": REPO}
 DEFAULT = os.path.join(REPO, "configs", "default.yaml")
-TINY = ["total_env_steps=2048", "replay.min_size=256", "replay.shard_max_rows=256", "eval.every_env_steps=1024",
-        "eval.episodes=3", "eval.confirm_episodes=0", "checkpoint.every_steps=128", "actors.broadcast_period=64"]
+#: 2,048 env steps in 4 blocks of 512 (4 actors x 8 envs x 16 steps), a checkpoint every 128 learner steps
+TINY = ["total_env_steps=2048", "actors.steps_per_task=16", "replay.shard_max_rows=512", "replay.min_size=512",
+        "eval.every_env_steps=1024", "eval.episodes=3", "eval.confirm_episodes=0", "checkpoint.every_steps=128",
+        "actors.broadcast_period=64"]
 
 
 def _sweep(*args, timeout=600):
@@ -125,7 +127,7 @@ def test_a_failing_run_is_recorded_with_its_one_line_error_and_the_rest_finish(t
     from pipelines.sweeps import launch
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAIN)
-    monkeypatch.setattr(launch, "train_command", lambda args: [sys.executable, str(script), *args])
+    monkeypatch.setattr(launch, "train_command", lambda args, program=None: [sys.executable, str(script), *args])
     out = str(tmp_path / "s")
     code = sweep_cli.main(["--configs", DEFAULT, "--seeds", "0-3", "--grid", "actors.precision=fp32,int8-dynamic",
                            "--out", out, "--workers", "2", "--no-progress"])
@@ -143,6 +145,62 @@ def test_a_failing_run_is_recorded_with_its_one_line_error_and_the_rest_finish(t
     assert code == 1
     after = {r.name: sweep.read_status(r.name) for r in runs}
     assert all(after[n].attempts == (2 if n in failed else 1) for n in after)
+
+
+#: Seed 0 finishes at once; the others train until SIGTERM, then exit 130 as pipelines.train's planned stop does
+#: (with FINISH set, every run finishes at once: the resume).
+FAKE_LONG = """
+import json, os, signal, sys, time
+args = sys.argv[1:]
+run_dir = args[args.index("--resume") + 1] if "--resume" in args else args[args.index("--run-dir") + 1]
+if "--resume" not in args and args[args.index("--seed") + 1] != "0" and not os.environ.get("FINISH"):
+    os.makedirs(os.path.join(run_dir, "checkpoints"))
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(130))
+    while True:
+        time.sleep(0.05)
+os.makedirs(run_dir, exist_ok=True)
+json.dump({"best_eval_return": 1.0}, open(os.path.join(run_dir, "summary.json"), "w"))
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("executor", ["local", "dask"])
+def test_a_stop_signal_stops_running_runs_and_resume_finishes_only_the_rest(tmp_path, executor, monkeypatch):
+    import threading
+    from pipelines.sweeps import LocalBackend, run_sweep
+    from pipelines.sweeps.dask_runner import DaskBackend
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_LONG)
+    program = [sys.executable, str(script)]
+    spec = SweepSpec(configs=[DEFAULT], seeds=[0, 1, 2, 3])
+    runs = expand(spec)
+    sweep = SweepDir(str(tmp_path / "s"))
+    sweep.create(spec, runs)
+    backend = LocalBackend(2, program) if executor == "local" else DaskBackend(None, 2, program)
+    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        result = run_sweep(sweep, runs, backend, progress=False)
+    finally:
+        timer.cancel()
+        backend.close()
+    names = [r.name for r in runs]
+    assert result["signal"] == ["SIGTERM"] and result["done"] == names[:1], result
+    assert result["stopped"] and sorted(result["stopped"] + result["pending"]) == names[1:], result
+    assert all(sweep.read_status(n).state == "stopped" and sweep.read_status(n).returncode == 130
+               for n in result["stopped"])
+    # resume: the finished run is skipped, stopped runs with a (stand-in) checkpoint directory are continued
+    monkeypatch.setenv("FINISH", "1")
+    monkeypatch.setattr("pipelines.sweeps.runner.has_checkpoint",
+                        lambda run_dir: os.path.isdir(os.path.join(run_dir, "checkpoints")))
+    backend = LocalBackend(2, program)
+    try:
+        again = run_sweep(sweep, runs, backend, progress=False)
+    finally:
+        backend.close()
+    assert sorted(again["done"]) == sorted(names) and not again["failed"]
+    assert sweep.read_status(names[0]).attempts == 1
+    assert all(sweep.read_status(n).resumed_from == "checkpoint" for n in result["stopped"])
 
 
 # -- the report on synthetic runs -----------------------------------------------------------------------
@@ -227,7 +285,8 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_
     first = {r.name: sweep.read_status(r.name) for r in runs}
     done_first = [n for n, s in first.items() if s.state == "done"]
     assert 1 <= len(done_first) < 8, first
-    assert all(sweep.finished(n) == (s.state == "done") for n, s in first.items())     # nothing done that is not
+    assert all(sweep.finished(n) for n, s in first.items() if s.state == "done")     # nothing done that is not
+    assert all(s.state in ("done", "stopped", "pending") for s in first.values()), first
     assert not [s for s in first.values() if s.state == "failed"], first
 
     resumed = _sweep("--resume", out, "--executor", executor, "--workers", "2", "--no-progress", timeout=900)
@@ -253,3 +312,9 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_
         for k in a:
             assert np.array_equal(a[k], b[k]), f"{name}: parameter {k} differs from the run alone"
     assert continued, f"no run was continued from a checkpoint: {after}"
+    if executor == "local":      # the report reads the real runs: 4 groups of 2 seeds, its files beside sweep.json
+        from pipelines.report import main as report_main
+        assert report_main(["sweep", out]) == 0
+        report = json.load(open(os.path.join(out, "report.json")))
+        assert [(g["config"], g["finished"]) for g in report["groups"]] == [("default", 2)] * 2 + [("other", 2)] * 2
+        assert len(report["improvement"]) == 4 and os.path.exists(os.path.join(out, "curves-other.png"))

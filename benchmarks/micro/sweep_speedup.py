@@ -1,0 +1,108 @@
+"""Sweep speed-up: N short default runs one at a time against ``python -m pipelines.sweep`` with 1, 2, 4 workers.
+
+All in one invocation, side by side, so every number shares the machine's state. Each run is the default
+config with a short budget (``--steps`` env steps, no early stop), ``--executor local`` and one TensorFlow
+thread, in both cases:
+
+* **one at a time**: ``python -m pipelines.train --config configs/default.yaml --seed S --set ...
+  --run-dir ... --executor local --no-progress`` for seeds ``0..N-1``, each after the last ended;
+* **sweep, W workers**: ``python -m pipelines.sweep --configs configs/default.yaml --seeds 0-(N-1)
+  --set ... --executor dask --workers W`` (an embedded Dask LocalCluster; ``--executor local`` with
+  ``--local``), the same runs.
+
+It prints, per case, the wall seconds, the speed-up over one at a time (``t_serial / t_case``) and, for
+one worker, the sweep's overhead per run, ``(t_sweep_1 - t_serial) / N``, as a share of the mean run's
+wall time. With more workers than cores the runs share cores, so the speed-up stops at about the
+number of cores (2 on the development machine).
+
+Example::
+
+    python benchmarks/micro/sweep_speedup.py                       # 8 runs, workers 1 2 4, Dask
+    python benchmarks/micro/sweep_speedup.py --runs 4 --workers 1 2 --local --steps 2048
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = {**os.environ, "PYTHONPATH": REPO}
+
+
+def settings(steps: int) -> List[str]:
+    return [f"total_env_steps={steps}", "eval.stop_at_target=false", f"eval.every_env_steps={steps}",
+            "eval.episodes=5", "eval.confirm_episodes=0", "threads.tf_intra_op=1", "threads.tf_inter_op=1"]
+
+
+def serial(n: int, steps: int, root: str) -> Dict[str, float]:
+    """Seconds for ``n`` runs one after another, and the runs' own wall times."""
+    sets = [a for s in settings(steps) for a in ("--set", s)]
+    walls, start = [], time.perf_counter()
+    for seed in range(n):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "pipelines.train", "--config", "configs/default.yaml",
+                               "--seed", str(seed), *sets, "--run-dir", os.path.join(root, f"s{seed}"),
+                               "--executor", "local", "--no-progress"], cwd=REPO, env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"error: run {seed} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        walls.append(time.perf_counter() - t0)
+    return {"wall_s": time.perf_counter() - start, "mean_run_s": sum(walls) / len(walls)}
+
+
+def sweep(n: int, steps: int, workers: int, root: str, executor: str) -> Dict[str, float]:
+    sets = [a for s in settings(steps) for a in ("--set", s)]
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pipelines.sweep", "--configs", "configs/default.yaml",
+                           "--seeds", f"0-{n - 1}", *sets, "--executor", executor, "--workers", str(workers),
+                           "--out", root, "--no-progress"], cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"error: the {workers}-worker sweep failed: {proc.stderr.strip().splitlines()[-1:]}")
+    runs = []
+    for name in sorted(os.listdir(os.path.join(root, "status"))):
+        with open(os.path.join(root, "status", name)) as f:
+            runs.append(json.load(f)["wall_s"])
+    return {"wall_s": wall, "mean_run_s": sum(runs) / len(runs)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=8, help="runs per case (seeds 0..N-1; default 8)")
+    p.add_argument("--steps", type=int, default=4096, help="env steps per run (default 4096)")
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4], help="sweep worker counts (default 1 2 4)")
+    p.add_argument("--local", action="store_true", help="sweeps with --executor local instead of dask")
+    args = p.parse_args(argv)
+    executor = "local" if args.local else "dask"
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sweep-speedup-") as tmp:
+        base = serial(args.runs, args.steps, os.path.join(tmp, "serial"))
+        print(f"one at a time: {base['wall_s']:.1f} s ({base['mean_run_s']:.1f} s per run)", flush=True)
+        for w in args.workers:
+            r = sweep(args.runs, args.steps, w, os.path.join(tmp, f"sweep{w}"), executor)
+            rows.append((w, r))
+            print(f"sweep, {w} worker(s): {r['wall_s']:.1f} s", flush=True)
+    print(f"\n| case ({args.runs} runs of {args.steps:,} env steps) | wall s | speed-up vs one at a time | "
+          "mean run s |")
+    print("|---|---|---|---|")
+    print(f"| one at a time | {base['wall_s']:.1f} | 1.00x | {base['mean_run_s']:.1f} |")
+    for w, r in rows:
+        print(f"| sweep, {executor}, {w} worker(s) | {r['wall_s']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x "
+              f"| {r['mean_run_s']:.1f} |")
+    one = dict(rows).get(1)
+    if one:
+        per_run = (one["wall_s"] - base["wall_s"]) / args.runs
+        print(f"\nsweep overhead per run (1 worker vs one at a time): {per_run:+.2f} s, "
+              f"{100 * per_run / base['mean_run_s']:+.1f}% of a run's {base['mean_run_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
