@@ -346,6 +346,7 @@ def test_paired_ratios_per_seed_with_spread():
     assert "| 0.95x [0.80, 1.10] (n=2) |" in spread_table([row])
 
 
+@pytest.mark.slow
 def test_a_real_run_records_its_wall_split(tmp_path):
     """A short local run (default small config): the split is in summary.json and adds up to its wall time."""
     from core.config import load_config

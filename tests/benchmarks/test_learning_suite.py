@@ -289,6 +289,7 @@ def test_resume_harvests_a_finished_run_dir_without_training(tmp_path):
 
 
 # -- real subprocess runs (small) -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_failed_and_timed_out_runs_are_recorded(tmp_path):
     bad = suite_runs.PlannedRun("configs/no-such.yaml", (), 0, 100, "local", 475.0)
     rec = suite_runs.run_one(bad, str(tmp_path / "bad" / "seed-0"), "c0ffee", False, progress=False)
@@ -299,6 +300,7 @@ def test_failed_and_timed_out_runs_are_recorded(tmp_path):
     assert rec["status"] == "timeout" and rec["returncode"] is None and rec["error"] == "timed out after 1 s"
 
 
+@pytest.mark.slow
 def test_suite_end_to_end_one_tiny_run_then_resume(tmp_path):
     out, runs = tmp_path / "suite.json", tmp_path / "runs"
     cmd = [sys.executable, "-m", "benchmarks.studies.learning_suite", "--configs", "configs/default.yaml",
@@ -380,6 +382,7 @@ def test_time_to_solve_without_sb3_one_line_error(tmp_path, monkeypatch, capsys)
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_time_to_solve_databloom_path(tmp_path, capsys):
     out = tmp_path / "t.json"
     assert tts.main(["--systems", "databloom", "--seeds", "1", "--eval-every", "1024", "--executor", "local",

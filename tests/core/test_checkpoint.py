@@ -404,6 +404,7 @@ def test_donated_arrays_are_written_without_a_copy(tmp_path):
     ckpt.close()
 
 
+@pytest.mark.slow
 def test_dask_workers_write_the_chunks_and_restore_is_exact(tmp_path):
     """engine='dask': each large variable is split into chunk-aligned slabs that worker processes write."""
     from distributed import Client, LocalCluster

@@ -31,6 +31,7 @@ def test_every_shipped_config_loads(name):
     assert cfg.name and cfg.total_env_steps > 0
 
 
+@pytest.mark.slow
 def test_shipped_config_names_are_unique():
     names = [load_config(os.path.join(config_lib.CONFIG_DIR, n)).name for n in SHIPPED]
     assert len(names) == len(set(names)) and len(SHIPPED) >= 10, names
@@ -91,6 +92,7 @@ def test_resolved_config_round_trips_through_json():
     assert again == cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, fragment", [
     (["--set", "agent.gamma=2"], "error: config key 'agent.gamma' = 2.0 is out of range; valid: 0..1"),
     (["--set", "env.id=NoSuchEnv-v0"], "error: unknown env id 'NoSuchEnv-v0'"),

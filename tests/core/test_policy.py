@@ -25,6 +25,7 @@ def obs(n, seed=0):
     return np.random.default_rng(seed).normal(size=(n, 4)).astype(np.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size, n", [(8, 8), (8, 3), (8, 20), (1, 1), (1, 5)])
 def test_outputs_equal_keras_for_any_row_count(nets, payloads, batch_size, n):
     policy = LiteRTPolicy(payloads[0], batch_size=batch_size)
@@ -85,6 +86,7 @@ def test_update_from_another_thread_never_mixes_versions(nets, payloads):
     assert not errors and set(seen) == {0, 1}
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_one_line_errors(payloads):
     policy = LiteRTPolicy(payloads[0], batch_size=8)
     with pytest.raises(ValueError, match=r"\[B, 4\].*\(8, 5\)"):

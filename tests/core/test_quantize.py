@@ -133,6 +133,7 @@ def test_int8_full_needs_calibration(net):
         PolicyQuantizer("int8-full").quantize(net, version=1, calibration_obs=np.zeros((8, 5)))
 
 
+@pytest.mark.slow
 def test_payload_fields_pickle_and_json(payloads):
     p = payloads["int8-full"]
     assert (p.version, p.precision, p.input_dim, p.output_dim) == (7, "int8-full", 4, 2)
@@ -199,6 +200,7 @@ def test_int8_full_is_integer_inside_float_outside(payloads):
     assert interp.get_output_details()[0]["dtype"] == np.float32
 
 
+@pytest.mark.slow
 def test_actorq_net_int8_payload_about_4x_smaller():
     big = mlp(64, (2048,) * 3, 18, name="actorq", seed=0)
     fp32 = PolicyQuantizer("fp32").quantize(big, version=1)

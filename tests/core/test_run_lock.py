@@ -106,6 +106,7 @@ RACER = ("import sys, time; from core.run_lock import RunLock, RunDirInUse\n"
          "except RunDirInUse:\n    print('refused', flush=True)\n")
 
 
+@pytest.mark.slow
 def test_of_concurrent_processes_on_a_new_run_dir_exactly_one_wins(tmp_path):
     run_dir = str(tmp_path / "new" / "run")
     start = time.time() + 3.0     # every process waits for the same instant, then acquires
@@ -302,6 +303,7 @@ def test_s3_lease_refuses_takes_over_when_stale_and_never_deletes_a_successor(s3
     RunLock(s3_url, heartbeat_s=0, clock=clock).acquire().release()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_two_real_resumes_at_once(tmp_path, capsys):
     """The review's second repro: two ``--resume`` of one run; the second is refused and changes nothing."""

@@ -146,6 +146,7 @@ def test_block_round_graph_does_not_embed_the_policy_payload(tmp_path):
     assert len(protos["actorq"]) < 500_000, len(protos["actorq"])
 
 
+@pytest.mark.slow
 def test_block_round_graph_is_bounded_by_blocks_per_round_not_by_the_run_length(tmp_path):
     """A round of 8 blocks has the same graph in a 16-block run and in a 4,000-block run (the plan is
     derived on the workers from the config), and the policy (an ActorQ-size file) is not in it."""
@@ -158,6 +159,7 @@ def test_block_round_graph_is_bounded_by_blocks_per_round_not_by_the_run_length(
     assert len(one) * 4 < len(short)                           # it grows with the blocks per round
 
 
+@pytest.mark.slow
 def test_dataflow_job_request_stays_small_with_an_actorq_size_policy(tmp_path):
     """The translated Dataflow job of a block round (request JSON and pipeline proto) does not grow
     with the payload: the policy is a file in the run directory, read by path."""
@@ -197,6 +199,7 @@ with open(sys.argv[3], "w") as f:
 """
 
 
+@pytest.mark.slow
 def test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns(tmp_path):
     """The learner runs as the round pipelines' Learn stage (DirectRunner worker processes): the launcher
     process ends its run without TensorFlow, Keras or LiteRT in sys.modules, and the run learns to the
@@ -241,6 +244,7 @@ def _files(root):
     return out
 
 
+@pytest.mark.slow
 def test_a_rerun_round_with_its_learner_changes_nothing(tmp_path):
     """Blocks 0-1 with their Learn stages, run again (a retried pipeline): every stage finds its record,
     nothing is written again: one commit per block, the same checkpoints, policies and records."""

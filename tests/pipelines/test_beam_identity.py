@@ -50,6 +50,7 @@ def _rounds(run_dir):
     return out
 
 
+@pytest.mark.slow
 def test_beam_run_in_one_round_is_bit_identical_to_the_local_run(local_run, beam_run):
     run = beam_run
     assert run[0]["learner_steps"] == 2048 and len(_replay(run[1])) == 4
@@ -58,6 +59,7 @@ def test_beam_run_in_one_round_is_bit_identical_to_the_local_run(local_run, beam
     assert 0 < run[0]["driver_bytes_in_per_env_step"] < 0.01 * run[0]["trajectory_bytes_per_env_step"]
 
 
+@pytest.mark.slow
 def test_beam_run_on_the_in_memory_runner_is_bit_identical_to_the_local_run(local_run, tmp_path):
     """One process runs every stage: the learner stays in memory from block to block (no restore)."""
     run = _beam(tmp_path, "mem", ["--direct_running_mode", "in_memory"])
@@ -66,6 +68,7 @@ def test_beam_run_on_the_in_memory_runner_is_bit_identical_to_the_local_run(loca
     _assert_same_run(local_run, run, "local vs beam (in_memory runner)")
 
 
+@pytest.mark.slow
 def test_a_beam_run_resumed_with_a_larger_budget_is_bit_identical(local_run, tmp_path):
     """2,048 env steps, then --resume to 4,096: the same run as local's 4,096, in rounds of 2 blocks. Block 2's
     learner restores from beam/learner and its actors from their documents. (Round boundaries inside one
@@ -79,6 +82,7 @@ def test_a_beam_run_resumed_with_a_larger_budget_is_bit_identical(local_run, tmp
     _assert_same_run(local_run, run, "local vs beam resumed after 2 of 4 blocks")
 
 
+@pytest.mark.slow
 def test_a_beam_round_killed_before_its_end_resumes_bit_identically(local_run, beam_run, tmp_path):
     """The state of a round killed after Commit3 (before Learn3's record, the round record and the
     close): --resume re-runs the round; stages with records return them, the rest run, shards are never
@@ -95,6 +99,7 @@ def test_a_beam_round_killed_before_its_end_resumes_bit_identically(local_run, b
     _assert_same_run(local_run, run, "local vs beam killed in its round and resumed")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_a_prioritized_replay_run_across_rounds_is_bit_identical_to_the_local_run(tmp_path):
     """R2D2 (prioritized sequences), 2 blocks, one block per round on 2 DirectRunner workers: each round's

@@ -62,6 +62,7 @@ def central_run(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("central"), "local-a", "local")
 
 
+@pytest.mark.slow
 def test_two_central_runs_are_bit_identical(central_run, tmp_path):
     again = _run(tmp_path, "local-b", "local")
     summary = central_run[0]
@@ -74,6 +75,7 @@ def test_two_central_runs_are_bit_identical(central_run, tmp_path):
     assert summary["inference"]["rejected"] == 0 and summary["inference"]["connections"] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_central_on_dask_is_bit_identical_to_central_local(central_run, tmp_path, workers):
     """Dask runs a worker's actors in one task (one event loop); the server and the plan do the rest."""
@@ -82,6 +84,7 @@ def test_central_on_dask_is_bit_identical_to_central_local(central_run, tmp_path
     _assert_same_run(central_run, run, f"central local vs central dask-{workers}")
 
 
+@pytest.mark.slow
 def test_central_inference_gives_the_run_local_inference_gives(central_run, tmp_path):
     """The server plays each task as a local actor would (same envs, ids, versions, exploration, RNG and
     LiteRT rows), so where the policy runs is an executor choice: parameters and replay are the same."""
@@ -102,6 +105,7 @@ def test_central_inference_gives_the_run_local_inference_gives(central_run, tmp_
         assert {a: stages.state_text(d) for a, d in stages.actor_states(central, sid).items()} == want, sid
 
 
+@pytest.mark.slow
 def test_a_killed_actor_is_started_again_and_replays_its_task(tmp_path, monkeypatch):
     """SIGKILL an actor process mid-run: it is started again, reconnects and plays its unfinished task
     again from fresh envs (fault-tolerant, not bit-identical): every planned shard is committed, once,
@@ -130,6 +134,7 @@ def test_a_killed_actor_is_started_again_and_replays_its_task(tmp_path, monkeypa
 RESUME_SETTINGS = ["checkpoint.every_steps=15"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("where, n, block, states_from", [
     ("_checkpoint", 1, 2, "s00000001"),    # right after the first checkpoint: actors continue at block 2

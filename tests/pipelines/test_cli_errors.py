@@ -312,6 +312,7 @@ def test_every_cli_main_is_wrapped():
 
 
 # -- real processes: exit codes and no tracebacks ----------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, fragment", [
     (["pipelines.train", "--config", "{list_yaml}", "--seed", "3"], "error: a config must be a mapping"),
     (["pipelines.process", "stats", "{tmp}/store", "--executor", "dask", "--dask-address", "foo://x"],
@@ -352,6 +353,7 @@ def _foreground_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_ctrl_c_during_dask_training_exits_130_with_the_resume_command(tmp_path):
     """SIGINT to the whole process group, as a terminal's Ctrl-C: driver and Dask workers all get it."""

@@ -165,6 +165,7 @@ def run_cli(command, run, tmp_path, capsys):
     return rc, out.out, out.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["stats", "compact", "evaluate"])
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_cli_on_damaged_run(damage, command, run, tmp_path, capsys):
@@ -305,6 +306,7 @@ def test_resume_on_damage_exits_2_without_touching_the_store(damage, run, capsys
         assert os.listdir(os.path.join(run, "victim")) == ["precious.txt"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_resume_with_a_missing_replay_chunk_quarantines_and_trains_on(run, capsys):
     from core.replay import ReplayStore
@@ -321,6 +323,7 @@ def _outside(run, tiny_run):
     return siblings, tree(tiny_run)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_resume_with_a_flipped_replay_byte_quarantines_and_trains_to_completion(run, tiny_run):
     """A flipped byte in a committed shard's chunk during resume: the established checksum handling.

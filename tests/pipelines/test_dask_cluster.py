@@ -151,6 +151,7 @@ def _learned(run_dir):
     return summary, max(summary["best_eval_return"], summary["final_eval"]["fp32"]["mean"])
 
 
+@pytest.mark.slow
 def test_train_joins_a_running_cluster(cluster, tmp_path):
     run_dir = tmp_path / "run"
     out = subprocess.run(_train_cmd(cluster, run_dir), cwd=REPO, capture_output=True, text=True, timeout=400,
@@ -166,6 +167,7 @@ def test_train_joins_a_running_cluster(cluster, tmp_path):
     assert all(w["tasks"] > 0 and w["env_steps_per_s"] > 0 for w in workers.values())
 
 
+@pytest.mark.slow
 def test_sigkill_a_worker_while_rollouts_are_in_flight(cluster, tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(_train_cmd(cluster, run_dir), cwd=REPO, stdout=subprocess.PIPE,
@@ -195,6 +197,7 @@ def test_sigkill_a_worker_while_rollouts_are_in_flight(cluster, tmp_path):
     assert len(survivor) == 1 and workers[survivor[0]]["retries"] >= 1   # the dead worker's actor moved
 
 
+@pytest.mark.slow
 def test_the_learner_runs_on_the_worker_with_the_requested_resource(gpu_cluster, tmp_path):
     run_dir = tmp_path / "run"
     out = subprocess.run(_train_cmd(gpu_cluster, run_dir, *GPU_LEARNER), cwd=REPO, capture_output=True,
@@ -229,6 +232,7 @@ def _complete_checkpoint(run_dir):
         ckpt.close()
 
 
+@pytest.mark.slow
 def test_losing_the_learners_worker_is_one_line_and_resume_finishes_the_run(gpu_cluster, tmp_path):
     """The learner's state dies with its worker: the run stops (exit 2, one line naming --resume), and
     ``--resume`` continues from the last checkpoint (here with the learner in the driver: no GPU worker left)."""
@@ -263,6 +267,7 @@ def test_losing_the_learners_worker_is_one_line_and_resume_finishes_the_run(gpu_
     assert learned >= THRESHOLD
 
 
+@pytest.mark.slow
 def test_resources_no_worker_advertises_are_refused_before_anything_is_written(cluster, tmp_path, monkeypatch):
     from core.config import ConfigError, from_dict
     from pipelines.executors import dask_stage

@@ -82,6 +82,7 @@ def local_run(tmp_path_factory):
 PLACED = 'learner.resources={"GPU": 1}'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers, learner", [(1, None), (2, None), (1, PLACED)],
                          ids=["1-worker", "2-workers", "1-worker+learner-worker"])
 def test_dask_run_is_bit_identical_to_the_local_run(local_run, tmp_path, workers, learner):
@@ -109,6 +110,7 @@ def test_dask_run_is_bit_identical_to_the_local_run(local_run, tmp_path, workers
         assert placement[0]["learner_address"] is None and "(driver process)" in placement[0]["learner"]
 
 
+@pytest.mark.slow
 def test_policy_lag_is_part_of_the_plan(local_run, tmp_path):
     """A different lag is a different (but again reproducible) plan: the tasks' policy versions move."""
     run = _run(tmp_path, "lag0", "local", ["actors.policy_lag=0"])
@@ -117,6 +119,7 @@ def test_policy_lag_is_part_of_the_plan(local_run, tmp_path):
     assert versions(run) == [1, 2, 3, 4]              # lag 0: the version after block b - 1
 
 
+@pytest.mark.slow
 def test_a_run_on_a_real_dask_cluster_is_bit_identical_to_the_local_run(local_run, tmp_path):
     """``dask scheduler`` + 2 ``dask worker`` processes, work stealing on (the scheduler's default):
     a stolen or moved rollout continues its actor from the state its predecessor's result carries."""
@@ -149,6 +152,7 @@ def _rebuilt_episodes(run_dir):
     return np.unique(ids[(ids >> INCARNATION_BIT) & 1 == 1])
 
 
+@pytest.mark.slow
 def test_a_real_cluster_that_loses_a_worker_is_identical_or_the_documented_exception(local_run, tmp_path):
     """``dask scheduler`` + 2 ``dask worker``s, one SIGKILLed after the first commit, run to the end.
 

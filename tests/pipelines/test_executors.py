@@ -77,6 +77,7 @@ def assert_complete_run_dir(run_dir, summary):
 # Beam's learning run is tests/pipelines/test_beam.py::test_beam_launcher_never_imports_tensorflow_and_the_run_still_learns
 # (the same small config, run as the launcher a user starts, with this test's checks); a Beam run resumed with
 # a larger budget is tests/pipelines/test_beam_identity.py::test_a_beam_run_resumed_with_a_larger_budget_is_bit_identical.
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "dask"])
 def test_executor_learns_cartpole_and_leaves_a_complete_run_dir(executor, tmp_path):
     run_dir = tmp_path / executor
@@ -91,6 +92,7 @@ def test_executor_learns_cartpole_and_leaves_a_complete_run_dir(executor, tmp_pa
                                   f" policy versions, {summary['wall_s']:.0f} s)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["local", "dask"])
 def test_resume_continues_from_the_latest_checkpoint(executor, tmp_path):
     run_dir = tmp_path / executor
@@ -121,6 +123,7 @@ def _lose_first_tasks(monkeypatch, kinds):
     return lost
 
 
+@pytest.mark.slow
 def test_tasks_lost_with_a_worker_are_submitted_again(tmp_path, monkeypatch):
     """A future Dask cancels ("already forgotten", after its worker was killed) is not fatal: a lost
     rollout makes its actor run a fresh task, a lost shard write is submitted again with the same id."""
@@ -135,6 +138,7 @@ def test_tasks_lost_with_a_worker_are_submitted_again(tmp_path, monkeypatch):
     assert tasks[0].startswith("rollout actor") and tasks[1] == "write s00000000"
 
 
+@pytest.mark.slow
 def test_an_evaluation_lost_with_a_worker_is_submitted_again_with_the_same_seeds(tmp_path, monkeypatch):
     """A cancelled evaluation (its inputs lost with a worker) runs again as the same evaluation: same
     version, same seeds, first in line, so the run logs what an undisturbed run logs."""
@@ -152,6 +156,7 @@ def test_an_evaluation_lost_with_a_worker_is_submitted_again_with_the_same_seeds
         assert summary[key] == clean[key]
 
 
+@pytest.mark.slow
 def test_dask_workers_can_write_the_checkpoints(tmp_path):
     run_dir = tmp_path / "run"
     summary = train(small_config("dask", total_env_steps=2048, checkpoint={"engine": "dask", "every_steps": 200}),
@@ -161,6 +166,7 @@ def test_dask_workers_can_write_the_checkpoints(tmp_path):
         config_lib.validate(small_config("local", checkpoint={"engine": "dask"}))
 
 
+@pytest.mark.slow
 def test_dask_wait_counts_a_cancelled_future_as_done():
     """distributed.wait raises FuturesCancelledError for a cancelled input ("lost dependencies" after a
     worker was killed); the executor's wait must hand it back as done so the driver resubmits the work."""
@@ -189,6 +195,7 @@ def test_learner_resources_are_refused_where_they_cannot_be_honoured(data, match
     assert config_lib.from_dict({**data, "learner": {"resources": {}}}).learner.resources == {}
 
 
+@pytest.mark.slow
 def test_a_bad_learner_resources_value_is_one_line_naming_the_valid_forms(tmp_path):
     import subprocess
     import sys

@@ -174,6 +174,7 @@ def dask_engine():
         yield e
 
 
+@pytest.mark.slow
 def test_beam_and_dask_give_identical_results(random_store, tmp_path, dask_engine):
     with contextlib.closing(make_pass_executor("beam")) as beam:
         results = {}
@@ -193,6 +194,7 @@ def _items(url):
     return shard_items(*open_snapshot(url))
 
 
+@pytest.mark.slow
 def test_relabel_and_compact_identical_on_beam_and_dask(tmp_path, dask_engine):
     fields = {}
     for name in ("beam", "dask"):

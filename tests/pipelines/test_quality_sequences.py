@@ -11,6 +11,7 @@ TINY = ["executor=local", "total_env_steps=4096", "eval.every_env_steps=100000",
         "replay.min_size=1024", "learner.replay_ratio=0.01", "carbon.backend=off"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config, precision", [("cartpole-vtrace.yaml", "int8-dynamic"),
                                                ("pomdp-cartpole-r2d2.yaml", "int8-dynamic")])
 def test_sequence_and_recurrent_agents_get_broadcast_quality(tmp_path, config, precision):

@@ -76,6 +76,7 @@ def _resume_record(run_dir):
     return record
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("executor", [["--executor", "local"], ["--executor", "dask", "--set", "dask.n_workers=1"]],
                          ids=["local", "dask-1-worker"])
@@ -106,6 +107,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigterm_checkpoints_at_the_next_block_end_and_the_resume_is_bit_identical(uninterrupted, tmp_path):
     """SIGTERM after block 0's commit: the run finishes the learner block in flight, checkpoints there (not
@@ -128,6 +130,7 @@ def test_sigterm_checkpoints_at_the_next_block_end_and_the_resume_is_bit_identic
     _assert_same_run(uninterrupted, resumed, "uninterrupted vs SIGTERM + resumed")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigterm_to_a_dask_runs_whole_process_group_is_the_same_planned_stop(uninterrupted, tmp_path):
     """What Slurm's scancel does: SIGTERM to every process of the job, the embedded cluster's workers too.
@@ -164,6 +167,7 @@ def test_sigterm_to_a_dask_runs_whole_process_group_is_the_same_planned_stop(uni
     _assert_same_run(uninterrupted, resumed, "uninterrupted (local) vs a Dask run SIGTERMed as a group + resumed")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("where, n, block, precommitted", [
     ("_committed", 3, 2, [2]),        # block 2 committed after the checkpoint: actors continue at block 3
@@ -184,6 +188,7 @@ def test_a_run_killed_at_any_point_after_a_checkpoint_resumes_bit_identical(
     _assert_same_run(uninterrupted, resumed, f"uninterrupted vs killed after {where} {n} + resumed")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_versions_older_than_the_checkpointed_parameters_are_republished_exactly(tmp_path):
     """broadcast_period 700 > a block's 512 learner steps and policy_lag 2: the blocks after the checkpoint
@@ -274,6 +279,7 @@ def test_envs_whose_state_cannot_be_captured_are_rebuilt_and_the_resume_record_s
     assert record["bit_identical"] is False and "fault-tolerant but not bit-identical" in record["note"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_damaged_stored_state_is_a_one_line_error_that_writes_nothing(tmp_path):
     """The last committed shard's actor document is damaged: exit 2, one line naming the shard, no file touched."""
@@ -317,6 +323,7 @@ R2D2_SETTINGS = ["total_env_steps=4096", "checkpoint.every_steps=50", "eval.ever
                  "eval.episodes=3", "eval.confirm_episodes=0"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_prioritized_replay_run_killed_after_its_first_checkpoint_resumes_bit_identical(tmp_path):
     """R2D2's prioritized sequence sampler: the checkpoint carries its priorities (``sampler/``), the

@@ -116,6 +116,7 @@ def _args(tool, location):
     return [location if a == "{}" else a for a in ENTRY_POINTS[tool]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", sorted(ENTRY_POINTS))
 def test_every_entry_point_refuses_malformed_locations_at_once(tool, tmp_path):
     for location in MALFORMED:
@@ -200,6 +201,7 @@ def _store_case(case, s3_endpoint, s3_endpoint_with_auth):
             f"cannot reach the S3 endpoint {endpoint} (EndpointConnectionError); valid: a reachable store")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["no bucket", "no credentials", "refused credentials", "unreachable"])
 def test_train_refuses_an_unusable_object_store_within_the_deadline(case, tmp_path, s3_endpoint,
                                                                     s3_endpoint_with_auth):
@@ -210,6 +212,7 @@ def test_train_refuses_an_unusable_object_store_within_the_deadline(case, tmp_pa
     assert not written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["train --resume", "process STORE", "collect --out", "evaluate RUN_DIR",
                                   "report RUN_DIR"])
 def test_every_entry_point_probes_its_object_store(tool, tmp_path, s3_endpoint, s3_endpoint_with_auth):

@@ -38,10 +38,12 @@ def _probe(case):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_fresh_process_runs_the_configs_pools():
     assert _probe("fresh") == {"pools": {"intra_op": 1, "inter_op": 1, "as_configured": True}, "warnings": []}
 
 
+@pytest.mark.slow
 def test_a_process_where_tf_already_ran_warns_and_reports_the_pools_it_has():
     got = _probe("tf-ran-first")
     assert got["pools"] == {"intra_op": 0, "inter_op": 0, "as_configured": False}

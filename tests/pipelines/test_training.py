@@ -39,6 +39,7 @@ def solved_run(tmp_path_factory):
     return _train(tmp, "cartpole", ["total_env_steps=30000"])
 
 
+@pytest.mark.slow
 def test_learning_regression_cartpole_dqn_int8(solved_run):
     summary, run_dir = solved_run
     # Threshold: CartPole "solved" in the classic sense (195) within 30k env steps,
@@ -51,6 +52,7 @@ def test_learning_regression_cartpole_dqn_int8(solved_run):
     assert summary["bytes_per_broadcast"] < 100_000
 
 
+@pytest.mark.slow   # uses the module's learning run (solved_run): a whole training run
 def test_run_directory_is_complete_and_plain(solved_run):
     import zarr
     summary, run_dir = solved_run
@@ -69,6 +71,7 @@ def test_run_directory_is_complete_and_plain(solved_run):
     assert json.loads(meta["config"])["env"]["id"] == "CartPole-v1"
 
 
+@pytest.mark.slow
 def test_local_executor_is_deterministic(tmp_path):
     a, dir_a = _train(tmp_path, "a", SMALL)
     b, dir_b = _train(tmp_path, "b", SMALL)
@@ -79,6 +82,7 @@ def test_local_executor_is_deterministic(tmp_path):
         np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
 
 
+@pytest.mark.slow
 def test_resume_continues_from_latest_checkpoint(tmp_path):
     first, run_dir = _train(tmp_path, "r", SMALL)
     resumed, _ = _train(tmp_path, "r", [*SMALL, "total_env_steps=5000"], resume=True)
@@ -90,6 +94,7 @@ def test_resume_continues_from_latest_checkpoint(tmp_path):
     assert len(ids) == len(set(ids))   # resumed shard ids never collide with committed ones
 
 
+@pytest.mark.slow   # uses the module's learning run (solved_run)
 def test_a_second_run_into_the_same_directory_is_refused(solved_run):
     from core.config import ConfigError
     summary, run_dir = solved_run
@@ -99,6 +104,7 @@ def test_a_second_run_into_the_same_directory_is_refused(solved_run):
     assert open(os.path.join(run_dir, "config.json")).read() == before
 
 
+@pytest.mark.slow
 def test_evaluate_cli_and_export(solved_run, tmp_path):
     _, run_dir = solved_run
     out = tmp_path / "policy.tflite"
@@ -108,6 +114,7 @@ def test_evaluate_cli_and_export(solved_run, tmp_path):
     assert "mean return" in proc.stdout and out.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_evaluate_cli_rejects_a_non_run_directory(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipelines.evaluate", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
@@ -167,6 +174,7 @@ def _replay_is_each_task_once(run_dir):
 # Kills after a commit that follows the checkpoint (one block, two blocks) are the cases of
 # test_resume_identity.py::test_a_run_killed_at_any_point_after_a_checkpoint_resumes_bit_identical, which
 # asserts the whole replay (so every task once) and the parameters equal the uninterrupted run's.
+@pytest.mark.slow
 @pytest.mark.parametrize("where, n, every", [
     ("_submit_write", 4, 200),   # block 3's shard written, not committed
 ])
@@ -185,6 +193,7 @@ def test_resume_after_kill_9_commits_every_task_once(tmp_path, where, n, every):
     assert summary["learner_steps"] == 2048
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_resume_with_a_cache_smaller_than_the_checkpoint_trains_on(tmp_path):
     """Issue 13 item 4: replay.capacity below the rows the checkpoint saw used to hang forever."""
@@ -194,6 +203,7 @@ def test_resume_with_a_cache_smaller_than_the_checkpoint_trains_on(tmp_path):
     assert resumed["learner_steps"] == 1536
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_stall_is_a_one_line_error_naming_what_it_waits_for(tmp_path, monkeypatch):
     import concurrent.futures

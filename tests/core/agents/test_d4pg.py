@@ -95,6 +95,7 @@ def _fake_batch(rng, k=None, b=32):
             "next_observation": rng.normal(size=shape + (3,)).astype(np.float32)}
 
 
+@pytest.mark.slow
 def test_learner_fits_terminal_target_and_state_round_trips():
     from core.agents.d4pg.config import D4PGConfig
     from core.agents.d4pg.learning import D4PGLearner
@@ -134,6 +135,7 @@ def test_soft_target_update_exact():
         np.testing.assert_allclose(t1, 0.25 * s1 + 0.75 * t0, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_policy_is_quantizable_mlp():
     from core.agents.d4pg.config import D4PGConfig
     from core.agents.d4pg.learning import D4PGLearner

@@ -203,6 +203,7 @@ def test_actor_carries_state_stores_it_and_learner_unroll_reproduces_it():
     assert np.abs(h[~first]).max() > 1e-3                          # a state that actually carries
 
 
+@pytest.mark.slow
 def test_learner_step_priorities_and_checkpoint_round_trip():
     from core.agents.r2d2.learning import R2D2Learner
     from core.quantize import PolicyQuantizer
@@ -295,6 +296,7 @@ def test_pomdp_cartpole_hides_velocities():
 
 # -- learning regression ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_r2d2_learns_pomdp_cartpole_with_central_inference(tmp_path):
     """Learning regression (SEED mode): env-only actor processes, server-side LSTM state, int8 batched steps.
@@ -452,6 +454,7 @@ def test_reconnect_drops_stale_recurrent_state_and_starts_fresh_episodes():
     assert np.abs(batch.extras["lstm_h"][1:]).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_local_and_central_unrolls_feed_one_sampler(tmp_path):
     """Same schema from both paths, so one PrioritizedSequenceSampler replays both (start state from extras)."""
     from core.agents.r2d2.learning import R2D2Learner
@@ -488,6 +491,7 @@ def test_local_and_central_unrolls_feed_one_sampler(tmp_path):
     sampler.update_priorities(batch["index"], m["td_abs"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_r2d2_central_run_is_the_local_run(tmp_path):
     """SEED mode on the plan: the server's LSTM state, batching and sequences give the local actors' run.

@@ -95,6 +95,7 @@ def test_unroll_equals_stepping_and_burn_in_rows_get_no_gradient():
 
 # -- LiteRT step model ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision, tol", [("fp32", 1e-4), ("int8-dynamic", 0.05)])
 def test_cnn_step_model_runs_in_litert_and_sizes_the_carry(precision, tol):
     from core.agents.r2d2.actor import LSTMCarry
@@ -116,6 +117,7 @@ def test_cnn_step_model_runs_in_litert_and_sizes_the_carry(precision, tol):
     assert extras["lstm_h"].shape == (4, 16) and not extras["lstm_h"].any()       # state the step started from
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "int8-dynamic"])
 def test_dueling_mlp_policy_patches_exactly_like_a_fresh_conversion(precision):
     """The dueling head's two streams can convert in another order than model.layers: ops are matched by content."""
@@ -143,6 +145,7 @@ def _pixel_cfg(**kw):
     return R2D2Config(**base)
 
 
+@pytest.mark.slow
 def test_learner_restacks_stored_frames_and_starts_from_the_first_stacked_rows_state():
     from core.agents.r2d2.learning import R2D2Learner
     from core.envs import env_spec
@@ -180,6 +183,7 @@ class _FakeCache:
     """The sampler constructor only stores its cache."""
 
 
+@pytest.mark.slow
 def test_local_actor_stacks_frames_and_stores_single_uint8_frames_with_their_state():
     """Actor (LiteRT fp32 on stacked frames) -> replay rows: stepping from a row's stored state reproduces the next."""
     import tensorflow as tf
@@ -221,6 +225,7 @@ _SMOKE = ["total_env_steps=1200", "env.num_envs=4", "replay.min_size=400", "agen
           "eval.episodes=1", "env.max_episode_steps=200", "checkpoint.every_steps=1000000"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("inference", ["local", "central"])
 def test_r2d2_pong_smoke(tmp_path, inference):

@@ -111,6 +111,7 @@ def test_unknown_agent_inference_combination_is_a_config_error():
         load_config(os.path.join("configs", "cartpole-vtrace.yaml"), ["env.id=Pendulum-v1"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_vtrace_learns_cartpole_local_inference(tmp_path):
     """Learning regression: V-trace with int8 actors reaches >= 200 on CartPole in a bounded budget."""

@@ -107,6 +107,7 @@ def _burn(seconds: float) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_eit_backend_end_to_end_matches_fake_rapl_counters(tmp_path, fake_rapl, no_network):
     assert carbon.available_backends()[0] == "eit"
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "databloom-eit-*")))
@@ -145,6 +146,7 @@ def test_eit_backend_end_to_end_matches_fake_rapl_counters(tmp_path, fake_rapl, 
     assert eit_compat._State.exit_hooks == []
 
 
+@pytest.mark.slow
 def test_eit_pue_158_reproduces_eits_own_total(tmp_path, fake_rapl, no_network):
     with EnergyTracker(str(tmp_path / "run"), backend="eit", country="DEU", pue=carbon.EIT_PUE) as tr:
         _burn(0.5)
@@ -230,6 +232,7 @@ else:
 '''
 
 
+@pytest.mark.slow
 def test_eit_backend_on_a_gpu_host_is_exact(tmp_path, monkeypatch, no_network):
     """No RAPL, a (fake) nvidia-smi: eit's GPU accounting runs, and its readings are instantaneous,
     so energy = 100 W x 30/(30+10) SM share x eit's interval exactly (float rounding only)."""

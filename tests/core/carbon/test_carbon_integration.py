@@ -14,6 +14,7 @@ def _records(run_dir, kind):
         return [r for r in map(json.loads, f) if r["kind"] == kind]
 
 
+@pytest.mark.slow
 def test_run_records_energy_quality_and_lag(tmp_path):
     from core.config import load_config
     from pipelines.train import train
@@ -40,6 +41,7 @@ def test_run_records_energy_quality_and_lag(tmp_path):
     assert lags and all(r["versions_mean"] >= 0 and r["seconds_mean"] >= 0 for r in lags)
 
 
+@pytest.mark.slow
 def test_backend_off_writes_no_carbon(tmp_path):
     from core.config import load_config
     from pipelines.train import train
@@ -64,6 +66,7 @@ def test_executors_report_worker_pids():
         ex.close()
 
 
+@pytest.mark.slow
 def test_eit_backend_in_a_training_run(tmp_path, monkeypatch):
     """``carbon.backend=eit`` on a host with (fake) RAPL: carbon.json names experiment-impact-tracker."""
     pytest.importorskip("experiment_impact_tracker")
@@ -87,6 +90,7 @@ def test_eit_backend_in_a_training_run(tmp_path, monkeypatch):
     assert 0 < summary["energy_kwh"] <= report["coverage"]["backend"]["host_rapl_kwh"]
 
 
+@pytest.mark.slow
 def test_eit_backend_without_rapl_falls_back_with_one_line(tmp_path, monkeypatch):
     from core.carbon import tracker
     from core.config import load_config
@@ -102,6 +106,7 @@ def test_eit_backend_without_rapl_falls_back_with_one_line(tmp_path, monkeypatch
     assert report["notes"][0].endswith(f"falling back to {report['backend']}")
 
 
+@pytest.mark.slow
 def test_dask_run_records_the_cpu_of_every_stage_process(tmp_path):
     """Every stage the driver submits to Dask leaves its worker's CPU record; carbon.json says what was covered."""
     pytest.importorskip("distributed")

@@ -99,6 +99,7 @@ def test_each_tracker_session_reads_only_its_own_records(tmp_path):
     assert not any("other" in k for k in second.stop().cpu_seconds)
 
 
+@pytest.mark.slow
 def test_dask_stages_record_worker_cpu_through_the_executor_hook(tmp_path):
     pytest.importorskip("distributed")
     from core.config import load_config
@@ -131,6 +132,7 @@ def test_dask_stages_record_worker_cpu_through_the_executor_hook(tmp_path):
     assert r.coverage["stages_cpu_s"]["burn"] >= 0.5
 
 
+@pytest.mark.slow
 def test_beam_round_stages_record_their_cpu(tmp_path):
     pytest.importorskip("apache_beam")
     from apache_beam.options.pipeline_options import PipelineOptions

@@ -63,6 +63,7 @@ def store_episodes(url: str):
 
 
 # -- RLDS through TFDS ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_rlds_loads_with_tfds_every_value_exact(store_url, tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
     expected, complete, _ = store_episodes(store_url)
@@ -101,6 +102,7 @@ def test_rlds_loads_with_tfds_every_value_exact(store_url, tmp_path):
 
 
 # -- Parquet as an Arrow dataset -----------------------------------------------------------------
+@pytest.mark.slow
 def test_parquet_loads_with_pyarrow_pandas_dask(store_url, tmp_path):
     import dask.dataframe as dd
     import pandas as pd
@@ -158,6 +160,7 @@ def _files(folder):
     return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["rlds", "parquet"])
 def test_beam_and_dask_write_identical_files(fmt, store_url, tmp_path, dask_engine):
     if fmt == "rlds":
@@ -255,6 +258,7 @@ def test_shards_without_dimension_names_still_read(tmp_path):
     assert stats.compute_stats(LOCAL, str(tmp_path / "s"))["rows"] == 60
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["tensorstore", "zarr"])
 def test_xarray_opens_checkpoint_params(engine, tmp_path):
     import xarray as xr

@@ -65,6 +65,7 @@ def test_frames_are_stored_once_and_restacked_like_the_server_stacks_them():
     assert all((first[..., c] == frames[0]).all() for c in range(4))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_vtrace_pong_smoke_central(tmp_path):
     """Smoke: Nature-CNN V-trace on Pong in SEED mode runs end to end (shards, learner steps, int8 policy)."""

@@ -343,6 +343,7 @@ def test_adaptive_server_serves_two_actors_with_complete_unrolls(payload, spec):
     assert all(b.reward.shape == (16, 4) for b in batches)
 
 
+@pytest.mark.slow
 def test_malformed_and_oversized_requests_are_rejected_and_others_keep_being_served(payload, spec):
     import grpc
     server = _server(payload, spec, max_message_bytes=1 << 16)
@@ -398,6 +399,7 @@ def test_killed_actor_does_not_disturb_the_server(payload, spec):
     assert out[2]["env_steps"] == 400
 
 
+@pytest.mark.slow
 def test_actor_survives_a_server_restart_with_fresh_episodes(payload, spec):
     address = _sock()
     first = _server(payload, spec, address)
@@ -503,6 +505,7 @@ def test_wrong_or_missing_token_is_refused(payload, spec):
     assert stats["connections"] == 1
 
 
+@pytest.mark.slow
 def test_wrong_dtype_is_refused_while_another_actor_keeps_streaming(payload, spec):
     import grpc
     server = _server(payload, spec)
@@ -645,6 +648,7 @@ def _self_signed(tmp_path, name="localhost", ip="127.0.0.1"):
     return str(cert_path), str(key_path)
 
 
+@pytest.mark.slow
 def test_tls_round_trip_and_plaintext_is_refused(payload, spec, tmp_path):
     from core.inference.client import InferenceUnavailable
     from core.inference.endpoint import ServerEndpoint, load_tls
@@ -689,6 +693,7 @@ def test_tls_config_errors_are_one_line(tmp_path):
 
 # -- training ------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_vtrace_learns_cartpole_with_central_inference(tmp_path):
     """Learning regression (SEED mode): env-only actor processes + batched int8 inference, >= 300.
@@ -711,6 +716,7 @@ def test_vtrace_learns_cartpole_with_central_inference(tmp_path):
     assert summary["inference"]["batches"] > 0 and summary["inference"]["rejected"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_min_size_above_a_round_of_tasks_never_starves_the_learner(tmp_path):
     """min_size above one round of tasks: the plan's blocks still fill replay before the learner starts.
@@ -729,6 +735,7 @@ def test_min_size_above_a_round_of_tasks_never_starves_the_learner(tmp_path):
     assert summary["env_steps"] >= 2400 and summary["learner_steps"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_central_mode_runs_env_actors_as_dask_tasks(tmp_path):
     from core.config import load_config

@@ -57,6 +57,7 @@ MALFORMED = [  # entry written as version 5 -> the words after "damaged at versi
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry,words", MALFORMED, ids=[w[:40] for _, w in MALFORMED])
 def test_malformed_entry_is_a_one_line_damaged_log_error(store_url, entry, words):
     store = _store(store_url)

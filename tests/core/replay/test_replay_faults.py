@@ -81,6 +81,7 @@ for sid in ids:
 """
 
 
+@pytest.mark.slow
 def test_eight_processes_commit_fifty_shards_each(tmp_path):
     url, ready, procs, n = str(tmp_path / "replay"), tmp_path / "ready", 8, 50
     ready.mkdir()

@@ -123,6 +123,7 @@ def test_s3_endpoint_options_follow_the_aws_variables(monkeypatch):
     assert urls.s3_endpoint_options() == {}
 
 
+@pytest.mark.slow
 def test_write_commit_and_read_back_on_s3(s3_bucket, s3_server):
     url = f"s3://{s3_bucket}/replay"
     store = ReplayStore.open_or_create(url, env_id="CartPole-v1")
@@ -219,6 +220,7 @@ def _commit_worker(url, template_keys, worker, barrier, results):
         raise
 
 
+@pytest.mark.slow
 def test_concurrent_processes_commit_each_shard_exactly_once_on_s3(s3_bucket, s3_server):
     """4 processes x 10 commits at once: every shard once, versions 1..40, no entry overwritten.
 
