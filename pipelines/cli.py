@@ -45,22 +45,21 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C with a one-line message for the user (e.g. how to resume)."""
 
 
+#: (module, class) of DataBloom's bad-input errors; OSError is the environment's.
+_USER_ERRORS = (("core.config", "ConfigError"), ("core.envs", "EnvError"), ("core.urls", "LocationError"),
+                ("core.replay", "ReplayError"), ("core.checkpoint", "CheckpointError"))
+
+
 def user_errors() -> Tuple[Type[BaseException], ...]:
-    """Exception classes that mean bad input, not a bug."""
-    from core.config import ConfigError
-    from core.envs import EnvError
-    from core.urls import LocationError
-    errors: list = [ConfigError, EnvError, LocationError, OSError]
-    try:
-        from core.replay import ReplayError
-        errors.append(ReplayError)
-    except ImportError:
-        pass
-    try:
-        from core.checkpoint import CheckpointError
-        errors.append(CheckpointError)
-    except ImportError:
-        pass
+    """Exception classes that mean bad input, not a bug: OSError and the error classes of those of
+    DataBloom's modules that are loaded. A class whose module was never imported cannot have been
+    raised, and importing core.checkpoint only to name its class would cost tensorstore's import
+    (~1 s) on every one-line error, such as a malformed ``--run-dir``."""
+    errors: list = [OSError]
+    for module_name, class_name in _USER_ERRORS:
+        error_class = getattr(sys.modules.get(module_name), class_name, None)
+        if error_class is not None:
+            errors.append(error_class)
     return tuple(errors)
 
 
