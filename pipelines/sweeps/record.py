@@ -9,7 +9,8 @@ Layout::
       runs/<run>/           the run directory pipelines.train writes (summary.json when it finished)
       run.lock              held while a sweep runs here (core.run_lock): a second sweep is refused
 
-``state`` is ``pending`` (not started), ``running``, ``done`` (exit 0 and a ``summary.json``),
+``state`` is ``pending`` (not started), ``running``, ``done`` (its ``summary.json`` is whole: a run stopped
+in its last seconds, after writing it, is done too),
 ``failed`` (with ``error``, the run's one-line error) or ``stopped`` (the sweep was stopped while it
 ran; ``--resume`` continues it). Every record is written whole to a temporary file and renamed, so a
 reader never sees half of one. Every run name read back is checked (:func:`pipelines.sweeps.spec.
@@ -145,8 +146,12 @@ class SweepDir:
         return {r.name: self.read_status(r.name) for r in runs}
 
     def finished(self, name: str) -> bool:
-        """Whether the run finished (its ``summary.json`` exists)."""
-        return os.path.exists(os.path.join(self.run_dir(name), "summary.json"))
+        """Whether the run finished: its ``summary.json``, the run's last write, exists and is whole JSON."""
+        try:
+            with open(os.path.join(self.run_dir(name), "summary.json")) as f:
+                return isinstance(json.load(f), dict)
+        except (OSError, ValueError):
+            return False
 
     def remove_run_dir(self, name: str) -> None:
         """Delete the run's own directory (``SWEEP_DIR/runs/<name>``, which the sweep created), nothing else."""

@@ -7,7 +7,7 @@ For each run, at launch (a new sweep and ``--resume`` alike):
 * otherwise (it died before its first checkpoint, or never started) -> its own directory
   ``SWEEP_DIR/runs/<name>`` (which the sweep created) is deleted and the run starts from scratch.
 
-A run that exits 0 with a ``summary.json`` is ``done``. One that exits otherwise is ``failed`` with its
+A run whose ``summary.json`` is whole is ``done``, whatever its exit status (it is the run's last write). One that exits otherwise is ``failed`` with its
 one-line error (:func:`pipelines.sweeps.record.error_line`), and the others go on; ``--resume`` tries
 failed runs again. SIGTERM or Ctrl-C stops the sweep: nothing new starts, every running run gets
 SIGTERM (it checkpoints at its next learner block end and exits 130) and is recorded ``stopped``; a
@@ -166,7 +166,7 @@ def _record_end(sweep: SweepDir, run: RunSpec, status: Status, code: int, stoppi
     """Write the status of an attempt that ended with ``code``; returns done, failed or stopped."""
     status.returncode, status.ended = int(code), time.time()
     status.wall_s = round(status.ended - (status.started or status.ended), 3)
-    if code == 0 and sweep.finished(run.name):
+    if sweep.finished(run.name):     # its summary.json is its last write: a stop in its teardown changes nothing
         status.state, status.error = "done", None
     elif stopping and code in (130, -signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT):
         status.state, status.error = "stopped", None

@@ -3,8 +3,8 @@
 Fast tests (seconds) drive the sweep with a stand-in trainer (a tiny Python script in place of
 ``python -m pipelines.train``) or with synthetic run directories. The slow ones run real tiny runs: two
 configs (configs/default.yaml and a copy named ``other``) x two settings (actors.precision fp32,
-int8-dynamic) x two seeds = 8 runs of 2,048 env steps, on ``local`` and on an embedded Dask cluster,
-SIGTERMed once the first run finished and resumed; every run must finish exactly once and end with the
+int8-dynamic) x two seeds = 8 runs of 4,096 env steps, on ``local`` and on an embedded Dask cluster,
+SIGTERMed once a run finished and another had a checkpoint, and resumed; every run must finish exactly once and end with the
 parameters of the same run started alone.
 """
 import json
@@ -25,8 +25,9 @@ from pipelines.sweeps.spec import check_run_name
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ENV = {**os.environ, "PYTHONPATH": REPO}
 DEFAULT = os.path.join(REPO, "configs", "default.yaml")
-#: 2,048 env steps in 4 blocks of 512 (4 actors x 8 envs x 16 steps), a checkpoint every 128 learner steps
-TINY = ["total_env_steps=2048", "actors.steps_per_task=16", "replay.shard_max_rows=512", "replay.min_size=512",
+#: 4,096 env steps in 8 blocks of 512 (4 actors x 8 envs x 16 steps), a checkpoint at every block end: a SIGTERM
+#: after the first one still finds the run learning (a stop after its last block is no stop)
+TINY = ["total_env_steps=4096", "actors.steps_per_task=16", "replay.shard_max_rows=512", "replay.min_size=512",
         "eval.every_env_steps=1024", "eval.episodes=3", "eval.confirm_episodes=0", "checkpoint.every_steps=128",
         "actors.broadcast_period=64"]
 
@@ -252,15 +253,30 @@ def _summaries(run_dir):
         return [r for r in map(json.loads, f) if r["kind"] == "summary"]
 
 
-def _stop_after_first_finished(args, sweep_dir, timeout=600):
+def _early_checkpoint(run_dir):
+    """Whether the run's complete checkpoints are all from its first half (2,048 learner steps in all):
+    a run just past its first checkpoint, not one about to finish."""
+    root = os.path.join(run_dir, "checkpoints")
+    try:
+        steps = [int(d[5:]) for d in os.listdir(root)
+                 if d.startswith("step_") and os.path.exists(os.path.join(root, d, "zarr.json"))]
+    except (FileNotFoundError, ValueError):
+        return False
+    return bool(steps) and max(steps) <= 1024
+
+
+def _stop_partway(args, sweep_dir, timeout=600):
+    """SIGTERM the sweep once a run finished and an unfinished one is early in its run, past a checkpoint."""
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.sweep", *args], cwd=REPO, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + timeout
     runs = os.path.join(sweep_dir, "runs")
     while proc.poll() is None and time.time() < deadline:
-        if os.path.isdir(runs) and any(os.path.exists(os.path.join(runs, d, "summary.json")) for d in os.listdir(runs)):
+        dirs = [os.path.join(runs, d) for d in (os.listdir(runs) if os.path.isdir(runs) else [])]
+        done = [d for d in dirs if os.path.exists(os.path.join(d, "summary.json"))]
+        if done and any(_early_checkpoint(d) for d in dirs if d not in done):
             break
-        time.sleep(0.1)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     return proc.returncode, out, err
@@ -276,7 +292,7 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_
     args = ["--configs", DEFAULT, str(other), "--seeds", "0-1", "--grid", "actors.precision=fp32,int8-dynamic",
             *[a for s in TINY for a in ("--set", s)], "--executor", executor, "--workers", "2", "--out", out,
             "--no-progress"]
-    code, _, err = _stop_after_first_finished(args, out)
+    code, _, err = _stop_partway(args, out)
     assert code == 130, err[-3000:]
     assert err.strip().splitlines()[-1] == f"stopped by SIGTERM; resume with: python -m pipelines.sweep --resume {out}"
     sweep = SweepDir(out)
