@@ -4,7 +4,7 @@ The import graph is read from the source with :mod:`ast` (nothing is imported), 
 ``import`` and ``from ... import`` statement, also those inside functions: a function-level import
 that closes a loop is a cycle waiting for the first caller. Rooms and their direction:
 
-    pipelines (the tools) -> pipelines.beam -> pipelines.run -> pipelines.executors -> core
+    pipelines (the tools, and pipelines.sweeps) -> pipelines.beam -> pipelines.run -> pipelines.executors -> core
     benchmarks -> pipelines, core;   core imports neither pipelines nor benchmarks
 """
 from __future__ import annotations
@@ -18,7 +18,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("core", "pipelines", "benchmarks")
 MAX_LINES = 400
-TOOLS = ("pipelines.train", "pipelines.process", "pipelines.collect", "pipelines.evaluate", "pipelines.report")
+TOOLS = ("pipelines.train", "pipelines.process", "pipelines.collect", "pipelines.evaluate", "pipelines.report",
+         "pipelines.sweep", "pipelines.sweeps")
 
 
 def _modules() -> Dict[str, str]:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
 @contextlib.contextmanager
-def _workers_ignore_stop_signals():
+def workers_ignore_stop_signals():
     """Start worker processes with SIGINT and SIGTERM ignored (inherited across spawn; Python then adds no
     handler for them).
 
@@ -74,7 +74,7 @@ class DaskExecutor:
             n = n_workers or os.cpu_count() or 1
             # No work stealing: a stolen rollout leaves its actor's warm worker (its env state and
             # LiteRT interpreter) and must ship the state along (core.rollout); pinned is cheaper.
-            with _workers_ignore_stop_signals(), dask.config.set({"distributed.scheduler.work-stealing": False}):
+            with workers_ignore_stop_signals(), dask.config.set({"distributed.scheduler.work-stealing": False}):
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
                                              processes=True, dashboard_address=None,
                                              env=thread_env or {}, silence_logs=logging.ERROR)
@@ -93,7 +93,7 @@ class DaskExecutor:
         spec["options"] = {**spec["options"], "resources": dict(resources)}
         n = len(self._cluster.worker_spec)
         self._cluster.worker_spec["learner"] = spec
-        with _workers_ignore_stop_signals():
+        with workers_ignore_stop_signals():
             self._cluster.sync(self._cluster._correct_state)    # SpecCluster: start what worker_spec names
         self.client.wait_for_workers(n + 1, timeout=60)
 

@@ -24,11 +24,11 @@ import contextlib
 import logging
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from pipelines.executors.dask import workers_ignore_stop_signals
 from pipelines.sweeps.launch import open_log, run_env, train_command
 
 
@@ -52,21 +52,6 @@ def run_in_worker(args: Sequence[str], log_path: str, stop_event: str, program: 
         return proc.returncode
 
 
-@contextlib.contextmanager
-def _ignore_stop_signals():
-    """Workers inherit SIGINT/SIGTERM ignored: a Ctrl-C or group SIGTERM reaches the sweep alone, which stops
-    the runs in order and closes the cluster."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 class DaskBackend:
     """Runs as tasks on an embedded LocalCluster or the cluster at ``address``."""
 
@@ -77,7 +62,7 @@ class DaskBackend:
         if address:
             self.client = Client(address, timeout="20s")
         else:
-            with _ignore_stop_signals():
+            with workers_ignore_stop_signals():
                 self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
                                              dashboard_address=None, silence_logs=logging.ERROR)
             self.client = Client(self._cluster)
