@@ -156,15 +156,10 @@ def check_locations(*named: Tuple[str, Optional[str]], probe: bool = True) -> No
     """
     from core import urls
     given = [(what, value) for what, value in named if value is not None]
-    for what, value in given:
-        try:
-            urls.parse(value)
-        except urls.LocationError as e:
-            raise urls.LocationError(f"{what} {e}") from None
-    if probe:
+    for check in (urls.parse, urls.probe) if probe else (urls.parse,):
         for what, value in given:
             try:
-                urls.probe(value)
+                check(value)
             except urls.LocationError as e:
                 raise urls.LocationError(f"{what} {e}") from None
 
