@@ -66,6 +66,7 @@ ADAPTERS = {
     "atari": "core.envs.atari",
     "pomdp": "core.envs.pomdp",
     "pixels": "core.envs.pixels",
+    "waiting": "core.envs.waiting",
 }
 
 

@@ -1,0 +1,304 @@
+"""How many actors one driver feeds: the central costs of a training run, measured to 64 simulated actors.
+
+This is issue 30's ``benchmarks/cluster_scale.py`` (benchmarks live in ``studies/`` and ``micro/``).
+On a real cluster every worker has its own cores; what stays central is the
+driver (planning, submitting, committing, publishing versions) and the Dask
+scheduler. This study makes the actors cost (almost) no CPU, so that a
+2-core machine shows those central costs at N = 1 .. 64 actors:
+
+* **the env waits**: ``waiting:<obs>-<step>us`` (:mod:`core.envs.waiting`), a
+  real gymnasium env whose step sleeps. Actors, LiteRT int8 policies, shard
+  writes, commits, policy versions and the plan are all the product's own
+  (``pipelines.run.driver.Trainer`` on a Dask cluster);
+* **the learner** is the real one (``--learner real``: the default
+  placement, in the driver process, so the driver's CPU includes training)
+  or a stand-in (``--learner simulated``, the default) that waits
+  ``--learn-us-per-step`` per planned learner step on a thread of its own,
+  as a learner on its own accelerator would, and makes real policy versions
+  of its (untrained) network on the plan's schedule;
+* **the cluster** is a ``dask scheduler`` process and ``dask worker``
+  processes on 127.0.0.1, the way a cluster is started (a LocalCluster would
+  run the scheduler inside the driver's process and mix their CPU). N actors
+  run on ``min(N, --max-processes)`` worker processes with enough threads for
+  one actor each: a waiting env holds no GIL, so threads scale like processes
+  here, and 64 processes would take ~64 x 180 MB of memory (the record gives
+  the workers' RSS);
+* **blocks** hold ``--block-rows`` rows (4,096 by default: the issue's bound)
+  at every N; a task is ``--num-envs`` x ``--steps-per-task`` rows (8 x 8),
+  so a block is 64 tasks however they are spread over actors.
+
+For each N it measures, over the run's steady state (from the commit of
+block ``--warmup-blocks`` to the last): env steps/s; efficiency = steps/s /
+(N x steps/s at N = 1); the driver's and the scheduler's CPU seconds per
+1,000 env steps (psutil, their processes' user + system time); the workers'
+CPU in cores and as a share of this machine; bytes the driver received
+against trajectory bytes; commit latency (the driver's time for one
+commit, p50/p99); the policy lag the committed tasks saw. It projects, from
+the central cost per env step, the env steps/s one driver core and one
+scheduler core sustain, names the first to saturate, plots and writes
+``benchmarks/results/cluster-scale.json``.
+
+Example::
+
+    python benchmarks/studies/cluster_scale.py                         # N = 1..64, ~8 min on 2 cores
+    python benchmarks/studies/cluster_scale.py --quick                 # N = 1 2 4, short runs
+    python benchmarks/studies/cluster_scale.py --obs 84x84x4-uint8 --workers 1 4 --seconds 10 \\
+        --out benchmarks/results/cluster-scale-atari.json --plot ''   # Atari-sized frames
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:   # run as a script or imported by tests: this checkout's core/pipelines/benchmarks
+    sys.path.insert(0, REPO)
+
+from benchmarks.common import git_state, machine_info  # noqa: E402
+from benchmarks.studies.cluster_scale_parts import (  # noqa: E402
+    ClusterProcesses, ScaleTrainer, SimulatedLearnerStage, ThreadedStage, percentile)
+
+DEFAULT_WORKERS = (1, 2, 4, 8, 16, 32, 64)
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")    # the TFLite converter's C++ notes, one per version
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python benchmarks/studies/cluster_scale.py",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", type=int, nargs="+", default=list(DEFAULT_WORKERS),
+                   help="actor counts N to sweep, one actor per worker thread (default: 1 2 4 8 16 32 64)")
+    p.add_argument("--step-us", type=int, default=1000,
+                   help="wall microseconds one env step waits (default 1000: one actor ~ 1k env steps/s)")
+    p.add_argument("--obs", default="4-float32",
+                   help="observation of the waiting env, <shape>-<dtype>: 4-float32 (CartPole-sized, default) "
+                        "or 84x84x4-uint8 (Atari-sized frames)")
+    p.add_argument("--learner", choices=("simulated", "real"), default="simulated",
+                   help="simulated: waits --learn-us-per-step per learner step on its own thread (default); "
+                        "real: the DQN learner in the driver process (the product's default placement)")
+    p.add_argument("--learn-us-per-step", type=float, default=10.0,
+                   help="wall microseconds per learner step of the simulated learner (default 10)")
+    p.add_argument("--block-rows", type=int, default=4096, help="rows per plan block = per shard (default 4096)")
+    p.add_argument("--num-envs", type=int, default=8, help="envs per actor task (default 8)")
+    p.add_argument("--steps-per-task", type=int, default=8, help="vector steps per actor task (default 8)")
+    p.add_argument("--seconds", type=float, default=20.0,
+                   help="steady-state seconds to aim for at each N, after warm-up (default 20)")
+    p.add_argument("--warmup-blocks", type=int, default=2,
+                   help="blocks committed before the measurement window opens (default 2)")
+    p.add_argument("--max-processes", type=int, default=8,
+                   help="most worker processes; more actors share them as threads (default 8)")
+    p.add_argument("--quick", action="store_true", help="N = 1 2 4, 4 s each: a short check, not a result")
+    p.add_argument("--out", default=os.path.join(RESULTS, "cluster-scale.json"),
+                   help="JSON record (default benchmarks/results/cluster-scale.json; '' = none)")
+    p.add_argument("--plot", default=os.path.join(RESULTS, "cluster-scale.png"),
+                   help="PNG of steps/s, efficiency and central CPU against N (default "
+                        "benchmarks/results/cluster-scale.png; '' = none)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar per run")
+    return p
+
+
+def check_args(args) -> None:
+    """``error:`` one line and exit 2 for settings that cannot run (argparse's convention)."""
+    from core.envs import EnvError
+    from core.envs.waiting import parse_env_id
+    bad = [(f"--workers {n}", "every N >= 1") for n in args.workers if n < 1]
+    for name in ("step_us", "block_rows", "num_envs", "steps_per_task", "max_processes"):
+        if getattr(args, name) < 1:
+            bad.append((f"--{name.replace('_', '-')} {getattr(args, name)}", ">= 1"))
+    if args.seconds <= 0 or args.learn_us_per_step < 0 or args.warmup_blocks < 1:
+        bad.append(("--seconds/--learn-us-per-step/--warmup-blocks", "seconds > 0, learn >= 0, warm-up >= 1"))
+    try:
+        parse_env_id(env_id(args))
+    except EnvError as e:
+        bad.append((f"--obs {args.obs}", str(e)))
+    task_rows = args.num_envs * args.steps_per_task
+    if any(n * task_rows > args.block_rows for n in args.workers):
+        bad.append((f"N x {task_rows} task rows > --block-rows {args.block_rows}",
+                    "N x num-envs x steps-per-task <= block-rows (a block is one round of tasks or more)"))
+    if bad:
+        what, valid = bad[0]
+        print(f"error: {what}; valid: {valid}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def env_id(args) -> str:
+    return f"waiting:{args.obs}-{args.step_us}us"
+
+
+def run_config(args, n: int, total_env_steps: int):
+    """The run's config: the default config with a waiting env, N actors, fixed blocks, no evaluations."""
+    from core import config as config_lib
+    big = 10 ** 12
+    sets = [f"env.id={env_id(args)}", f"env.num_envs={args.num_envs}", f"actors.num_actors={n}",
+            f"actors.steps_per_task={args.steps_per_task}", f"replay.shard_max_rows={args.block_rows}",
+            f"replay.min_size={args.block_rows}", f"total_env_steps={total_env_steps}", "executor=dask",
+            f"eval.every_env_steps={big}", "eval.episodes=1", "eval.confirm_episodes=0",
+            "eval.stop_at_target=false", "actors.stall_timeout_s=600"]
+    if args.learner == "simulated":   # the stand-in's learner never steps: its checkpoints would repeat step 0
+        sets.append(f"checkpoint.every_steps={big}")
+    if args.obs != "4-float32":       # a wide input: a small torso keeps the int8 policy (actors' CPU) small
+        sets.append("agent.hidden=[32]")
+    return config_lib.load_config(os.path.join(REPO, "configs", "default.yaml"), sets)
+
+
+def planned_steps(args, n: int) -> int:
+    """Env steps for ``--seconds`` of steady state at the actors' own speed, plus the warm-up blocks."""
+    rate = n * 1e6 / args.step_us
+    blocks = max(3, int(rate * args.seconds / args.block_rows) + 1) + args.warmup_blocks
+    return blocks * args.block_rows
+
+
+def measure(args, n: int, root: str) -> Dict[str, Any]:
+    """One run at N actors on a fresh cluster; its steady-state record."""
+    from pipelines.executors.common import thread_env
+    from pipelines.executors.dask import DaskExecutor
+    from pipelines.run.learner_stage import LearnerStage
+    cfg = run_config(args, n, planned_steps(args, n))
+    processes = min(n, args.max_processes)
+    threads = -(-n // processes)
+    run_dir = os.path.join(root, f"n{n}")
+    with ClusterProcesses(processes, threads, env=thread_env(cfg), root=root) as cluster:
+        executor = DaskExecutor(address=cluster.address, retries=cfg.dask.task_retries)
+        try:
+            step_s = args.learn_us_per_step * 1e-6
+            stage = (None if args.learner == "real" else
+                     lambda ex: ThreadedStage(SimulatedLearnerStage(cfg, run_dir, step_s), ex))
+            trainer = ScaleTrainer(cfg, run_dir, executor, progress=not args.no_progress, stage=stage,
+                                   warmup_blocks=args.warmup_blocks, watch_pids=cluster.pids())
+            trainer.run()
+        finally:
+            executor.close()
+    w = trainer.window
+    steps, wall = w["env_steps"], w["wall_s"]
+    cores = os.cpu_count() or 1
+    cpu = {k: w["cpu_s"][k] for k in ("driver", "scheduler", "workers")}
+    lags = trainer.lags_seen
+    return {"n_workers": n, "worker_processes": processes, "threads_per_process": threads,
+            "block_rows": trainer.plan.block_rows, "tasks_per_block": trainer.plan.num_actors * trainer.plan.tasks_per_block,
+            "blocks_measured": w["blocks"], "env_steps": steps, "wall_s": round(wall, 3),
+            "env_steps_per_s": round(steps / wall, 1),
+            "driver_cpu_s_per_1k_steps": round(1000 * cpu["driver"] / steps, 5),
+            "scheduler_cpu_s_per_1k_steps": round(1000 * cpu["scheduler"] / steps, 5),
+            "central_cpu_s_per_1k_steps": round(1000 * (cpu["driver"] + cpu["scheduler"]) / steps, 5),
+            "driver_cpu_ms_per_block": round(1000 * cpu["driver"] / w["blocks"], 3),
+            "scheduler_cpu_ms_per_task": round(1000 * cpu["scheduler"] / (w["blocks"] * trainer.plan.num_actors
+                                                                          * trainer.plan.tasks_per_block), 4),
+            "workers_cpu_cores": round(cpu["workers"] / wall, 3),
+            "workers_cpu_share": round(cpu["workers"] / wall / cores, 4),
+            "workers_rss_mb": round(w["workers_rss"] / 2 ** 20, 1),
+            "driver_bytes_in": int(trainer.driver_bytes_total), "trajectory_bytes": int(trainer.trajectory_bytes),
+            "driver_bytes_pct": round(100 * trainer.driver_bytes_total / max(trainer.trajectory_bytes, 1), 4),
+            "commit_latency_ms_p50": round(1000 * percentile(trainer.commit_s, 50), 3),
+            "commit_latency_ms_p99": round(1000 * percentile(trainer.commit_s, 99), 3),
+            "policy_lag_versions_mean": round(sum(lags) / max(len(lags), 1), 3),
+            "policy_lag_versions_max": max(lags, default=0)}
+
+
+def add_efficiency(records: List[Dict[str, Any]]) -> None:
+    """``efficiency`` = steps/s at N / (N x steps/s at N = 1), for every record (needs the N = 1 record)."""
+    one = next((r for r in records if r["n_workers"] == 1), None)
+    for r in records:
+        r["efficiency"] = None if one is None else round(r["env_steps_per_s"] / (r["n_workers"] * one["env_steps_per_s"]), 4)
+
+
+def projection(records: List[Dict[str, Any]], block_rows: int) -> Dict[str, Any]:
+    """Env steps/s one driver core and one scheduler core sustain, from the largest N's central costs."""
+    top = max(records, key=lambda r: r["n_workers"])
+    driver = 1000.0 / max(top["driver_cpu_s_per_1k_steps"], 1e-12)
+    scheduler = 1000.0 / max(top["scheduler_cpu_s_per_1k_steps"], 1e-12)
+    costs = [r["central_cpu_s_per_1k_steps"] for r in records]
+    return {"from_n_workers": top["n_workers"], "block_rows": block_rows,
+            "driver_ms_per_block": top["driver_cpu_ms_per_block"],
+            "one_driver_core_env_steps_per_s": round(driver), "one_scheduler_core_env_steps_per_s": round(scheduler),
+            "saturates_first": "driver" if driver < scheduler else "scheduler",
+            "central_cost_max_over_min": round(max(costs) / max(min(costs), 1e-12), 3)}
+
+
+def plot(records: List[Dict[str, Any]], path: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ns = [r["n_workers"] for r in records]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    axes[0].plot(ns, [r["env_steps_per_s"] for r in records], "o-", label="measured")
+    one = records[0]["env_steps_per_s"] / records[0]["n_workers"]
+    axes[0].plot(ns, [n * one for n in ns], "--", color="grey", label="N x one actor")
+    axes[0].set(xscale="log", yscale="log", xlabel="actors N", ylabel="env steps/s")
+    axes[1].plot(ns, [100 * (r["efficiency"] or 0) for r in records], "o-")
+    axes[1].axhline(80, ls="--", color="grey")
+    axes[1].set(xscale="log", ylim=(0, 110), xlabel="actors N", ylabel="scaling efficiency %")
+    for key, label in (("driver_cpu_s_per_1k_steps", "driver"), ("scheduler_cpu_s_per_1k_steps", "scheduler"),
+                       ("central_cpu_s_per_1k_steps", "driver + scheduler")):
+        axes[2].plot(ns, [r[key] for r in records], "o-", label=label)
+    axes[2].set(xscale="log", ylim=(0, None), xlabel="actors N", ylabel="CPU s per 1,000 env steps")
+    for ax in (axes[0], axes[2]):
+        ax.legend()
+    for ax in axes:
+        ax.set_xticks(ns, [str(n) for n in ns])
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(records: List[Dict[str, Any]]) -> str:
+    head = ("   N  procs x thr   steps/s   eff.  driver ms/1k  sched ms/1k  workers cores (share)  RSS MB  "
+            "drv bytes %  commit p50/p99 ms  lag mean/max")
+    rows = [f"{r['n_workers']:4d}  {r['worker_processes']:5d} x {r['threads_per_process']:<3d}"
+            f"{r['env_steps_per_s']:10.0f}  {100 * (r['efficiency'] or 0):4.0f}%"
+            f"  {1000 * r['driver_cpu_s_per_1k_steps']:12.1f}  {1000 * r['scheduler_cpu_s_per_1k_steps']:11.1f}"
+            f"  {r['workers_cpu_cores']:6.2f} ({100 * r['workers_cpu_share']:4.1f}%)       {r['workers_rss_mb']:7.0f}"
+            f"  {r['driver_bytes_pct']:10.3f}  {r['commit_latency_ms_p50']:7.1f} / {r['commit_latency_ms_p99']:<7.1f}"
+            f"  {r['policy_lag_versions_mean']:.2f} / {r['policy_lag_versions_max']}" for r in records]
+    return "\n".join([head, *rows])
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.quick:
+        args.workers, args.seconds = [n for n in args.workers if n <= 4] or [1, 2], min(args.seconds, 4.0)
+    args.workers = sorted(set(args.workers))
+    check_args(args)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    machine = machine_info()
+    records = []
+    with tempfile.TemporaryDirectory(prefix="cluster-scale-") as root:
+        for i, n in enumerate(args.workers):
+            print(f"[{i + 1}/{len(args.workers)}] N = {n} actors ({env_id(args)}, learner {args.learner})", flush=True)
+            records.append(measure(args, n, root))
+            add_efficiency(records)
+            print(table(records[-1:]).splitlines()[-1], flush=True)
+    add_efficiency(records)
+    proj = projection(records, args.block_rows)
+    print(table(records))
+    print(f"one driver core: {proj['one_driver_core_env_steps_per_s']:,} env steps/s "
+          f"({proj['driver_ms_per_block']} ms CPU per {args.block_rows}-row block); one scheduler core: "
+          f"{proj['one_scheduler_core_env_steps_per_s']:,}; saturates first: {proj['saturates_first']}; "
+          f"central cost max/min over N: {proj['central_cost_max_over_min']}")
+    commit, dirty = git_state()
+    record = {"study": "cluster-scale", "date": started, "command": " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+              "git_commit": commit, "git_dirty": dirty, "machine": machine,
+              "machine_load_end": os.getloadavg(), "env_id": env_id(args), "learner": args.learner,
+              "learn_us_per_step": args.learn_us_per_step if args.learner == "simulated" else None,
+              "records": records, "projection": proj}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"wrote {os.path.relpath(args.out)}")
+    if args.plot:
+        plot(records, args.plot, f"cluster scale: {env_id(args)}, {args.block_rows}-row blocks, learner "
+                                 f"{args.learner}; {machine['cpu']}, {machine['cores']} cores")
+        print(f"wrote {os.path.relpath(args.plot)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
