@@ -198,6 +198,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     check_locations(("--run-dir", args.run_dir), ("--resume", args.resume),
                     ("--offline-dataset", args.offline_dataset))
     cfg = resolve_config(args)                    # every value range-checked: nothing written yet
+    if cfg.executor == "beam" and "--show-rounds" in pipeline_args:   # the round plan only: nothing written
+        from pipelines.beam.rounds import show_rounds
+        return show_rounds(cfg, pipeline_args)
     run_dir = args.resume or args.run_dir or cfg.run_dir or default_run_dir(cfg.name)
     if run_dir == cfg.run_dir and run_dir not in (args.resume, args.run_dir):
         check_locations(("the config's run_dir", run_dir))

@@ -14,15 +14,13 @@ Commit's just before its log entry, which a re-run completes) and returns
 it, so a retried bundle or a re-run round changes nothing, and a shard is
 never rewritten once its commit record exists.
 
-Actor state: within a round, ``ActorState.snapshot()`` bytes as pipeline
-data (in memory; Beam encodes elements between stages); across rounds,
-``core.actor_state`` documents (JSON data, never a pickle on disk; ids and
-tasks read back are checked against the plan). Envs whose state cannot be
-captured (native emulator or physics handles) are rebuilt from seeds with a
-new incarnation where the state is missing: fault-tolerant, not bit-identical.
-On the DirectRunner the stages of a chain run one after another (it runs
-one fused stage at a time), so actors do not overlap the learner here;
-Dataflow may run Evaluate and the next block's rollouts beside Learn.
+Actor state: within a round, the ``ActorState`` objects themselves (the
+round's blocks run in order in one worker, :mod:`pipelines.beam.graph`);
+across rounds, ``core.actor_state`` documents (JSON data, never a pickle on
+disk; ids and tasks read back are checked against the plan). Envs whose state
+cannot be captured (native emulator or physics handles) are rebuilt from
+seeds with a new incarnation at a round's start: fault-tolerant, not
+bit-identical (larger rounds rebuild them less often).
 
 Where Beam differs from the driver, on purpose: evaluations are numbered
 (seeded) from block 0 of the plan, also after ``--resume`` (the driver
@@ -125,28 +123,24 @@ def _drop_older_docs(run_dir: str, actor: int, before_task: int) -> None:
             fs.rm(f"{path}/{m.group(0)}")
 
 
-def load_actor(actor: int, first_block: int, run: BlockRun) -> Tuple[int, Optional[bytes]]:
-    """``(actor, state bytes)`` before ``first_block``: fresh from seeds (block 0), else its stored document.
-
-    Between the stages of one pipeline the state travels as
-    ``ActorState.snapshot()`` bytes (in memory: Beam encodes elements between
-    stages); None for envs that cannot be captured (rebuilt, new episodes).
-    """
+def load_actor(actor: int, first_block: int, run: BlockRun):
+    """Actor ``actor``'s :class:`~core.actor.ActorState` before ``first_block``: fresh from seeds (block 0),
+    else its stored document; None for envs that cannot be captured (rebuilt by :func:`roll_block`)."""
     from core.actor import ActorState
     spec = run.actor_specs[actor]
     task = first_block * run.plan.tasks_per_block
     if first_block == 0:
-        return actor, ActorState(spec, task).snapshot()
+        return ActorState(spec, task)
     from core.actor_state import ActorStateError, loads, restore
     fs, path = urls.resolve(actor_doc_path(run.run_dir, actor, task))
     if not fs.exists(path):     # envs that cannot be captured (module docstring)
-        return actor, None
+        return None
     with fs.open(path) as f:
         doc = loads(f.read())
     if doc.get("task") != task or doc.get("actor") != actor:
         raise ActorStateError(f"{actor_doc_path(run.run_dir, actor, task)} holds actor {doc.get('actor')!r} at task "
                               f"{doc.get('task')!r}, expected actor {actor} at task {task} (block {first_block})")
-    return actor, restore(spec, doc).snapshot()
+    return restore(spec, doc)
 
 
 def _store_actor(run: BlockRun, actor: int, state, first_block: int) -> None:
@@ -168,22 +162,22 @@ def _store_actor(run: BlockRun, actor: int, state, first_block: int) -> None:
     _drop_older_docs(run.run_dir, actor, first_block * run.plan.tasks_per_block)
 
 
-def roll_block(item: Tuple[int, Optional[bytes]], block: int, version_state: Dict[str, Any], run: BlockRun,
-               first_of_round: int, last_of_round: bool) -> Tuple[int, Optional[bytes], List[Any]]:
-    """Actor ``a``'s tasks of ``block``: ``(a, state bytes after them, [RolloutResult, ...])``.
+def roll_block(actor: int, state, block: int, version_state: Dict[str, Any], run: BlockRun,
+               first_of_round: int, last_of_round: bool) -> Tuple[Any, List[Any]]:
+    """Actor ``actor``'s tasks of ``block`` from ``state`` (an ActorState, or None: rebuilt from seeds):
+    ``(its state after them, [RolloutResult, ...])``.
 
-    The state goes on to the next block's RollOut as pipeline data; after the
-    round's last block it is also stored as a document for the next round.
+    The state goes on to the actor's next block in the round's loop, in memory;
+    after the round's last block it is also stored as a document for the next round.
     """
     from core.actor import ActorState
     from core.rollout import rollout
-    actor, blob = item
     if version_state["stop"]:
-        return actor, blob, []      # planned past a stop: never committed
+        return state, []      # planned past a stop: never committed
     plan, cfg = run.plan, run.cfg
     tasks = [k for a, k in plan.tasks(block) if a == actor]
-    state = (ActorState.restore(blob) if blob is not None    # else: cannot be captured, rebuilt from seeds
-             else ActorState(run.actor_specs[actor], tasks[0], incarnation=1))
+    if state is None:         # cannot be captured: rebuilt from seeds
+        state = ActorState(run.actor_specs[actor], tasks[0], incarnation=1)
     payload = policy_files.read_payload(policy_files.payload_path(run.run_dir, _version_of(version_state)))
     from core.agents.registry import get_builder
     # Exploration follows the plan's env steps (block start), as in pipelines.run.block_tasks.
@@ -194,7 +188,7 @@ def roll_block(item: Tuple[int, Optional[bytes]], block: int, version_state: Dic
         state.next_task = k + 1
     if last_of_round:
         _store_actor(run, actor, state, first_of_round)
-    return actor, state.snapshot(), results
+    return state, results
 
 
 def write_block(results: List[List[Any]], block: int, run: BlockRun) -> Optional[Dict[str, Any]]:
@@ -285,8 +279,12 @@ def _decide_commit(state: Dict[str, Any], block: int, info: Optional[Dict[str, A
             "evaluated": evaluated, "commit": commit, "block": block - 1}
 
 
-def learn_block(state: Dict[str, Any], block: int, run: BlockRun) -> Dict[str, Any]:
-    """The driver's ``_learn`` + ``_end_block`` of ``block``: train, version, evaluation, checkpoint."""
+def learn_block(state: Dict[str, Any], block: int, run: BlockRun, save_state: bool = True) -> Dict[str, Any]:
+    """The driver's ``_learn`` + ``_end_block`` of ``block``: train, version, evaluation, checkpoint.
+
+    ``save_state``: store the learner's state after this block in ``beam/learner`` (a round does so
+    after its last block only: :meth:`~pipelines.beam.learner.BlockLearner.learn`).
+    """
     done = read_record(run.run_dir, block, "learn")
     if done is not None:
         return done
@@ -300,7 +298,7 @@ def learn_block(state: Dict[str, Any], block: int, run: BlockRun) -> Dict[str, A
     learner = learner_for(cfg, run.run_dir)
     target = plan.learner_target(loop["env_steps"])
     due = plan.version_due(state["learner_steps"], target, state["last_broadcast_step"], cfg.actors.broadcast_period)
-    learned = learner.learn(block, target, loop["policy_version"] + 1 if due else None)
+    learned = learner.learn(block, target, loop["policy_version"] + 1 if due else None, save_state)
     steps = learned["steps"]
     if learned["published"] is not None:
         out["published"], out["last_broadcast_step"] = learned["published"], steps
@@ -337,11 +335,14 @@ def finish_run(state: Dict[str, Any], run: BlockRun) -> Dict[str, Any]:
     return write_json(final_path(run.run_dir), final)
 
 
-def end_round(last: Dict[str, Any], round_index: int, learned: List[Dict[str, Any]], _evaluated: Sequence[Any],
-              run: BlockRun) -> Dict[str, Any]:
-    """rounds/r<round>.json (:func:`round_digest`); the run's close after its last block (or a stop)."""
+def end_round(ran: Tuple[List[Dict[str, Any]], Dict[str, Any]], round_index: int, run: BlockRun) -> Dict[str, Any]:
+    """rounds/r<round>.json (:func:`round_digest`) of the round's ``(states, timing)`` (``work_s``,
+    ``learner_fixed_s``: :func:`pipelines.beam.graph.run_blocks`); the run's close after its last block
+    (or a stop)."""
+    learned, timing = ran
+    last = max(learned, key=lambda s: s["block"])
     done = last["stop"] or last["block"] >= run.plan.num_blocks - 1
     if done:
         finish_run(last, run)
-    return write_json(round_path(run.run_dir, round_index),
-                      round_digest(round_index, sorted(learned, key=lambda s: s["block"]), done))
+    digest = round_digest(round_index, sorted(learned, key=lambda s: s["block"]), done)
+    return write_json(round_path(run.run_dir, round_index), {**digest, **timing})

@@ -1,29 +1,35 @@
-"""The Beam graph of one round: a chain of consecutive plan blocks, read top to bottom.
+"""The Beam graph of one round: its plan blocks run in order by one stage, read top to bottom.
 
 ``--executor beam`` runs the same :class:`~pipelines.run.plan.TrainingPlan` as
 local and Dask, so a config and seed give bit-identical learner parameters
 and committed replay on all of them. A round pipeline holds blocks
-``b0 .. b1`` (``blocks_per_round`` of them) as one chain::
+``b0 .. b1`` and is three steps whatever its length::
 
-    State(b) for b < b0     durable: blocks/b<b>-learn.json (Start for b = -1: version 1, the store)
-    per block b:
-      RollOut<b>            actor a's tasks of block b (plan.tasks), acting with the version of
-                            State(policy_block(b)) (a side input; the payload is read by path), from
-                            actor a's state after block b-1: pipeline data (RollOut<b-1>'s output),
-                            at b0 the stored document blocks/actors/a<a>-t<task>.json (core.actor_state)
-      Write<b>              the block's results, actor-major -> uncommitted shard s<b> (one writer)
-      Commit<b>             after State(b-1): the evaluations of blocks <= b - STOP_DELAY decide,
-                            in order (best version, stop); no stop -> one commit entry for s<b>
-      Learn<b>              LearnerStage.learn_block(b) from the exact state after b-1
-                            (pipelines.beam.learner), version, evaluation due?, checkpoint cadence
-                            -> State(b)
-      Evaluate<b>           on the plan's evaluation blocks, beside the next blocks' stages
-    RoundEnd                rounds/r<round>.json (what the launcher reads); after the run's last
-                            block (or a stop): the driver's close -> rounds/final.json
+    Round        beam.Create([round]): one element
+    RunBlocks    run_blocks: per block b, in order, in one worker (the local executor's order):
+                   RollOut   each actor's tasks of block b (plan.tasks), acting with the version
+                             State(policy_block(b)) names (read by path, never in the graph), from
+                             its state after block b-1 (in memory; at b0 the stored document,
+                             core.actor_state)
+                   Write     the block's results, actor-major -> uncommitted shard s<b>
+                   Commit    the evaluations of blocks <= b - STOP_DELAY decide, in order (best
+                             version, stop); no stop -> one commit entry for s<b>
+                   Learn     LearnerStage.learn_block(b) from the exact state after b-1 (the learner
+                             stays in memory: restored once, saved once, after b1), version,
+                             evaluation due?, checkpoint cadence -> State(b)
+                   Evaluate  on the plan's evaluation blocks
+    RoundEnd     rounds/r<round>.json (what the launcher reads); after the run's last block (or a
+                 stop): the driver's close -> rounds/final.json
 
-Each step is a named ``beam.Map`` over a stage function of :mod:`pipelines.beam.blocks`. The
-graph has a fixed number of transforms per block, so its size grows with
-``blocks_per_round``, never with the run length; the policy enters by path, never as bytes.
+Why one stage and not a step per block: a Dataflow job's start-up costs
+minutes, so rounds hold hundreds of blocks (:mod:`pipelines.beam.round_size`),
+and a step per block made the job request grow with the round (a 256-block
+round was 5,412 transforms, 11.4 MB, over Dataflow's ~10 MB limit). Here the
+graph is the same three steps for 1 block or 10,000. The price: a round's
+actors do not fan out over workers (they never overlapped the learner on the
+DirectRunner either: it ran one fused stage at a time); each step still
+writes its durable record (:mod:`pipelines.beam.blocks`), so a retried
+bundle redoes nothing that finished.
 
 Example::
 
@@ -31,7 +37,8 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+import time
+from typing import Any, Dict, List, Tuple
 
 import apache_beam as beam
 
@@ -40,50 +47,41 @@ from pipelines.beam.blocks import (BlockRun, commit_block, end_round, evaluate_b
                                    load_actor, load_state, roll_block, write_block)
 
 
-def build_block_round(pipeline, run: BlockRun, round_index: int, first: int, last: int) -> None:
-    """Round ``round_index``: blocks ``first .. last`` as one chain (module docstring), top to bottom."""
-    plan, sink = run.plan, run.cpu_sink
-    evaluations = run.evaluations()
-    states: Dict[int, Any] = {}     # block -> State(block) of this round (Learn<b>'s output)
+def run_blocks(_round: int, first: int, last: int, run: BlockRun) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """Blocks ``first .. last`` in order (module docstring): ``([State(b) for b in the round], timing)``;
+    timing: ``work_s`` (the blocks' wall time) and ``learner_fixed_s`` (its build, restore and save parts)."""
+    t0 = time.perf_counter()
+    plan, evaluations = run.plan, run.evaluations()
+    states: Dict[int, Dict[str, Any]] = {}
 
-    def state(b: int, use: str):
-        """State(b): this round's Learn<b>, else the durable record, read on a worker by a root of
-        its own per use (the FnApiRunner deadlocks when one root feeds a main input and, beside
-        another root, a side input of a fused chain)."""
-        if b in states:
-            return states[b]
-        return (pipeline | f"{use}Block{b}" >> beam.Create([b])
-                | f"{use}State{b}" >> beam.Map(counted(load_state, sink), run))
+    def state(b: int) -> Dict[str, Any]:
+        """State(b): this round's, else the durable record (an earlier round's, or the start)."""
+        if b not in states:
+            states[b] = load_state(b, run)
+        return states[b]
 
-    actors = (pipeline
-              | "CreateActors" >> beam.Create(list(range(len(run.actor_specs))))
-              | "Reshuffle" >> beam.Reshuffle()     # to prevent fusion: actors spread over workers
-              | "LoadActors" >> beam.Map(counted(load_actor, sink), first, run))
-    evals, learned = {}, []
+    actors = [load_actor(a, first, run) for a in range(len(run.actor_specs))]
     for b in range(first, last + 1):
-        rolled = actors | f"RollOut{b}" >> beam.Map(counted(roll_block, sink), b,
-                                                     beam.pvalue.AsSingleton(state(plan.policy_block(b), f"RollOut{b}")), run,
-                                                     first, b == last)
-        actors = rolled | f"Carry{b}" >> beam.Map(lambda t: (t[0], t[1]))
-        info = (rolled
-                | f"Results{b}" >> beam.Map(lambda t: t[2])
-                | f"Gather{b}" >> beam.combiners.ToList()      # the block's shard has one writer
-                | f"Write{b}" >> beam.Map(counted(write_block, sink), b, run))
-        due = [e for e in evals if e <= plan.decides_stop_before(b)]
-        decided = ([evals[e] for e in due] | f"Decided{b}" >> beam.Flatten()) if due else None
-        committed = state(b - 1, "Chain") | f"Commit{b}" >> beam.Map(
-            counted(commit_block, sink), b, beam.pvalue.AsSingleton(info),
-            beam.pvalue.AsList(decided) if decided is not None else [], run)
-        states[b] = committed | f"Learn{b}" >> beam.Map(counted(learn_block, sink), b, run)
-        learned.append(states[b])
+        version_state = state(plan.policy_block(b))
+        rolled = [roll_block(a, s, b, version_state, run, first, b == last) for a, s in enumerate(actors)]
+        actors = [s for s, _ in rolled]
+        info = write_block([results for _, results in rolled], b, run)
+        committed = commit_block(state(b - 1), b, info, [], run)
+        states[b] = learn_block(committed, b, run, save_state=b == last)
         if b in evaluations:
-            evals[b] = states[b] | f"Evaluate{b}" >> beam.Map(counted(evaluate_block, sink), b, evaluations[b], run)
-    everything = tuple(evals.values())
-    all_evals = (everything | "Evaluations" >> beam.Flatten()) if everything else None
-    (states[last]
-     | "RoundEnd" >> beam.Map(counted(end_round, sink), round_index,
-                              beam.pvalue.AsList(tuple(learned) | "Learned" >> beam.Flatten()),
-                              beam.pvalue.AsList(all_evals) if all_evals is not None else [], run))
+            evaluate_block(states[b], b, evaluations[b], run)
+    from pipelines.beam.learner import take_fixed_seconds
+    return [states[b] for b in range(first, last + 1)], {"work_s": round(time.perf_counter() - t0, 3),
+                                                         "learner_fixed_s": take_fixed_seconds(run.cfg, run.run_dir)}
+
+
+def build_block_round(pipeline, run: BlockRun, round_index: int, first: int, last: int) -> None:
+    """Round ``round_index``: blocks ``first .. last`` (module docstring), top to bottom."""
+    sink = run.cpu_sink
+    (pipeline
+     | "Round" >> beam.Create([round_index])
+     | "RunBlocks" >> beam.Map(counted(run_blocks, sink), first, last, run)
+     | "RoundEnd" >> beam.Map(counted(end_round, sink), round_index, run))
 
 
 def build_finish(pipeline, run: BlockRun, block: int) -> None:

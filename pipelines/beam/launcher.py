@@ -5,7 +5,7 @@ is the rounds' ``Learn`` stages, :mod:`pipelines.beam.learner`), so it can
 run anywhere that reaches the run directory and the runner::
 
     setup   : a new run's config.json, or (--resume) the newest rounds/r<round>.json
-    round r : blocks b0 .. b0 + blocks_per_round - 1 of the plan (pipelines.run.plan)
+    round r : blocks b0 .. b0 + n - 1 of the plan (pipelines.run.plan; n: see "Round size")
               -> one pipeline (pipelines.beam.graph.build_block_round)
               -> rounds/r<r>.json: every block's state digest (commit, evaluations decided,
                  version published, learner metrics, loop counters)
@@ -13,11 +13,13 @@ run anywhere that reaches the run directory and the runner::
     finish  : rounds/final.json (written by the round that ends the run; else one Finish pipeline)
               -> summary.json
 
-``blocks_per_round`` trades pipeline start-up (seconds per pipeline on the
-DirectRunner) against the job graph's size (a fixed number of transforms per
-block, ~50 KB each; Dataflow caps a job request at 20 MB): see
-:data:`pipelines.beam.options.BLOCKS_PER_ROUND`, and ``--blocks_per_round N`` among the pipeline
-options (:func:`pipelines.beam.options.blocks_per_round_arg`).
+Round size: before every round the launcher sizes it so that job start-up
+stays within 10% of the run's wall time (:mod:`pipelines.beam.round_size`),
+from the start-up and per-block cost measured in the previous round (the
+first round: the runner's default start-up and the cost model's estimate);
+``--blocks_per_round N`` fixes it instead. A round's job graph is three steps
+whatever its length (:mod:`pipelines.beam.graph`), so no round is too large
+to submit.
 
 Resume: the rounds' records say which blocks are done; every block's
 learner state, actor states and stage records are durable (pipelines.beam.blocks),
@@ -41,8 +43,8 @@ from core import urls
 from pipelines.beam import policy_files
 from pipelines.beam.blocks import BlockRun
 from pipelines.beam.graph import build_block_round, build_finish
-from pipelines.beam.options import BLOCKS_PER_ROUND
 from pipelines.beam.records import final_path, round_path
+from pipelines.beam.round_size import RoundSizing, blocks_per_round
 from pipelines.run.energy import stage_cpu_sink
 from pipelines.run import setup as run_setup
 from pipelines.run.plan import TrainingPlan
@@ -53,10 +55,12 @@ _ROUND_FILE = re.compile(r"^r(\d{6})\.json$")
 class RoundLauncher:
     """Submits round pipelines until the plan's last block or a planned stop; see module docstring."""
 
-    def __init__(self, cfg, run_dir: str, options, progress: bool, resume: bool,
-                 blocks_per_round: int = BLOCKS_PER_ROUND):
+    def __init__(self, cfg, run_dir: str, options, progress: bool, resume: bool, sizing: RoundSizing,
+                 startup_given: bool = False):
         self.cfg, self.run_dir, self.options = cfg, run_dir, options
-        self.progress, self.resume, self.blocks_per_round = progress, resume, blocks_per_round
+        self.progress, self.resume, self.sizing = progress, resume, sizing
+        # What sizes the next round: the defaults until a round is measured (a given start-up holds).
+        self.startup_s, self.block_s, self.startup_given = sizing.startup_s, sizing.block_s, startup_given
         self.run_id = run_setup.run_id(cfg)
         self.driver_bytes_in = self.trajectory_bytes = 0
         self.plan = TrainingPlan.from_config(cfg)
@@ -82,8 +86,9 @@ class RoundLauncher:
         self.log = MetricsLogger(self.run_dir, tensorboard=False)   # TensorBoard would import TensorFlow
         self.log.write("config", step=self.loop.env_steps, config=config_lib.to_dict(cfg))
         self.log.write("placement", step=self.loop.env_steps, executor="beam",
-                       learner="Beam stages Learn<b> (a runner worker; blocks/b*-learn.json names it)",
-                       actors={str(a): "Beam stages RollOut<b> (runner workers)" for a in range(cfg.actors.num_actors)})
+                       learner="Beam stage RunBlocks (a runner worker; blocks/b*-learn.json names it)",
+                       actors={str(a): "Beam stage RunBlocks (the learner's worker, in block order)"
+                               for a in range(cfg.actors.num_actors)})
         builder = get_builder(cfg.agent.algo)   # the registry imports no TensorFlow
         self.specs = tuple(run_setup.actor_specs(cfg, self.run_id, builder.action_selector))
         self.started_at = process_start()
@@ -133,7 +138,7 @@ class RoundLauncher:
         bar = self._progress_bar()
         while not self._done():
             r, first = self.next_round, self.next_block
-            last = min(first + self.blocks_per_round, self.plan.num_blocks) - 1
+            last = min(first + self._round_blocks(), self.plan.num_blocks) - 1
             t0 = time.time()
             beam_executor.run_pipeline(lambda p: build_block_round(p, self.run_spec, r, first, last), self.options)
             record = self._read(round_path(self.run_dir, r), f"round {r}")
@@ -145,6 +150,23 @@ class RoundLauncher:
         if bar is not None:
             bar.close()
         return self._finish(start)
+
+    def _round_blocks(self) -> int:
+        """The next round's blocks: ``--blocks_per_round``, else the start-up rule on the blocks left."""
+        if self.sizing.chosen == "--blocks_per_round":
+            return self.sizing.blocks_per_round
+        return blocks_per_round(self.plan.num_blocks - self.next_block, self.block_s, self.startup_s)
+
+    def _measure(self, record: Dict[str, Any], pipeline_s: float) -> None:
+        """Per-block cost and job start-up as the round just measured them (the learner's build, restore
+        and save count as start-up: a round pays them once whatever its length)."""
+        blocks = record["last_block"] - record["first_block"] + 1
+        fixed = sum((record.get("learner_fixed_s") or {}).values())
+        work = max(float(record.get("work_s") or 0.0) - fixed, 0.0)
+        if work > 0:
+            self.block_s = work / blocks
+        if not self.startup_given:
+            self.startup_s = max(pipeline_s - work, 0.0)
 
     def _account(self, record: Dict[str, Any], pipeline_s: float) -> None:
         """metrics.jsonl records of a round (per-block detail stays in blocks/b*-learn.json)."""
@@ -169,8 +191,11 @@ class RoundLauncher:
                            precision=p["precision"], versions_this_round=record["versions_published"])
         if record["loss"] is not None:
             self.log.write("learner", step=self.learner_steps, loss=record["loss"])
+        self._measure(record, pipeline_s)
         self.log.write("round", step=self.loop.env_steps, round=record["round"], first_block=record["first_block"],
                        last_block=record["last_block"], pipeline_s=pipeline_s, learn_s=record["learn_s"],
+                       work_s=record.get("work_s"), learner_fixed_s=record.get("learner_fixed_s"),
+                       startup_s=round(self.startup_s, 3), block_s=round(self.block_s, 4),
                        learner_steps=self.learner_steps, learner_workers=record["learner_workers"])
 
     # -- end of run ------------------------------------------------------------------------------

@@ -6,19 +6,27 @@ TensorFlow nor an accelerator. They wrap the very
 :class:`~pipelines.run.learner_stage.LearnerStage` that local and Dask runs use
 (``learn_block``: the plan's calls, ``sampler_rng(b)``; versions quantized the
 same way), and add what a worker that lives for one pipeline needs: the
-learner's state after every block as durable data::
+learner's state at each round's end as durable data::
 
     start        build the learner from the seed -> version 1 (the initial network, as the driver)
                  -> beam/learner/ step 0 (state "after block -1")
-    learn b      the in-memory learner holds block b-1's state, else restore it from beam/learner/
-                 (params, target params, Adam slots, step counter: exact) -> LearnerStage.learn_block
+    learn b      the in-memory learner holds block b-1's state (a round's blocks run in one
+                 worker), else restore the newest saved state (params, target params, Adam slots,
+                 step counter: exact), refill the replay cache in one read where that is exact,
+                 and learn any blocks after it again from their records -> LearnerStage.learn_block
                  -> a new version? policies/v*.tflite + beam/versions/ (its parameters, for "best")
-                 -> checkpoints/ when the driver's cadence says so -> beam/learner/ step b+1
+                 -> checkpoints/ when the driver's cadence says so
+                 -> beam/learner/ step b+1 after the round's last block only
     save_best    beam/versions/<v> -> best/<v> (the parameters evaluated version v was made from)
     finish       checkpoint (the driver's last one), best parameters, final evaluation
 
-``beam/learner`` keeps the last two blocks (a retried ``learn b`` restores
-block b-1 even after block b was saved); ``beam/versions`` keeps
+One save per round, not per block: a round's fixed cost is then one import,
+one restore, one cache refill and one save whatever its length
+(``python -m benchmarks.micro.round_overhead --part learner`` measures it). A
+round that fails part-way is retried from the last save: blocks whose
+records exist are learned again, exactly (same calls, ``sampler_rng(b)``, the
+cache refreshed to the same shards), and nothing they wrote is rewritten.
+``beam/learner`` keeps the last two saves; ``beam/versions`` keeps
 :data:`KEEP_VERSIONS` versions, more than a planned evaluation can lag
 behind (``STOP_DELAY`` blocks, one version per block at most).
 
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any, Dict, List, Optional
 
 from core import config as config_lib
@@ -64,11 +73,13 @@ class BlockLearner:
     """One run's :class:`~pipelines.run.learner_stage.LearnerStage` in a worker process (module docstring)."""
 
     def __init__(self, cfg, run_dir: str):
+        t0 = time.perf_counter()
         from pipelines.run.learner_stage import LearnerStage
         self.cfg, self.run_dir = cfg, run_dir
         self.stage = LearnerStage(cfg, run_dir)
         self.chain = _checkpointer(run_dir, "beam/learner", 2)
         self.versions = _checkpointer(run_dir, "beam/versions", KEEP_VERSIONS)
+        self.fixed_s = {"build": time.perf_counter() - t0, "restore": 0.0, "save": 0.0}   # a round's fixed cost
         self.at_block: Optional[int] = None     # the block whose end state the in-memory learner holds
         self.cache_block = -1                   # the last block whose shard this process's replay cache holds
         self.lock = threading.Lock()            # one stage call at a time (a multi-threaded worker)
@@ -81,36 +92,86 @@ class BlockLearner:
         """Make the learner hold its state after ``block`` (-1: the initial network).
 
         A worker that did not learn block ``block`` itself (a fresh process, or
-        one that learned earlier blocks) restores the learner from
-        ``beam/learner``, brings its replay cache to block ``block`` one block at
-        a time (the uninterrupted learner's ring slots, ``pipelines.run.resume``) and
-        takes back a prioritized sampler's priorities, so its next block samples
-        what the uninterrupted learner would.
+        one that learned earlier blocks) restores the newest state ``beam/learner``
+        holds at or before it (a round saves once, after its last block), brings
+        its replay cache there (:meth:`_refill`), takes back a prioritized
+        sampler's priorities, and learns the blocks after it again from their
+        records (:meth:`_relearn`: only after a round failed part-way), so its
+        next block samples what the uninterrupted learner would.
         """
         if self.at_block == block:
             return
-        state, meta = self.chain.restore(block + 1)
-        if int(meta["block"]) != block:
-            raise RuntimeError(f"beam/learner step {block + 1} holds block {meta['block']}, expected {block}")
-        if self.cache_block > block:          # the cache is past this block: a fresh stage, rebuilt from the chain
+        t0 = time.perf_counter()
+        saved = max((s - 1 for s in self.chain.all_steps() if s - 1 <= block), default=None)
+        if saved is None:
+            raise RuntimeError(f"beam/learner holds no state at or before block {block} "
+                               f"(steps {self.chain.all_steps()})")
+        state, meta = self.chain.restore(saved + 1)
+        if int(meta["block"]) != saved:
+            raise RuntimeError(f"beam/learner step {saved + 1} holds block {meta['block']}, expected {saved}")
+        if self.cache_block > saved:          # the cache is past this block: a fresh stage, rebuilt from the chain
             self.stage.close()
             from pipelines.run.learner_stage import LearnerStage
             self.stage, self.cache_block = LearnerStage(self.cfg, self.run_dir), -1
         self.stage.learner.restore(state["learner"])
-        for b in range(self.cache_block + 1, block + 1):
-            self.stage.refresh_cache(b)
-        self.cache_block = max(self.cache_block, block)
+        self._refill(saved)
         if "sampler" in state and hasattr(self.stage.sampler, "restore_priorities"):
             self.stage.sampler.restore_priorities(state["sampler"])
+        self.at_block = saved
+        self.fixed_s["restore"] += time.perf_counter() - t0     # restore + refill (relearning is learning)
+        for b in range(saved + 1, block + 1):
+            self._relearn(b)
+
+    def _refill(self, block: int) -> None:
+        """Bring the replay cache to the shards of blocks <= ``block``, as the uninterrupted learner's.
+
+        One refresh when that is the same thing: nothing committed after
+        ``block`` and every committed row fits in the cache (the ring then
+        holds the shards in commit order, with the same row ids and slots);
+        else one refresh per block (``pipelines.run.resume``), as the
+        uninterrupted learner's blocks refreshed it.
+        """
+        from pipelines.run.stages import shard_id_for
+        cache, store = self.stage.cache, self.stage.store
+        log = store.log.refresh()
+        fits = sum(i.rows for i in log.live.values()) <= cache.max_transitions and cache.max_bytes is None
+        if (self.cache_block < 0 <= block and fits and not log.removed
+                and shard_id_for(block + 1) not in log.committed_version):
+            self.stage.refresh_cache(block)
+        else:
+            for b in range(self.cache_block + 1, block + 1):
+                self.stage.refresh_cache(b)
+        self.cache_block = max(self.cache_block, block)
+
+    def _relearn(self, block: int) -> None:
+        """Learner block ``block`` again, as its record says it ran (a round that failed part-way)."""
+        from pipelines.beam.records import read_record
+        record = read_record(self.run_dir, block, "learn")
+        if record is None:
+            raise RuntimeError(f"beam/learner: block {block} has no learn record to learn it again from")
+        if not record["stop"]:
+            published = record.get("published")
+            self.stage.learn_block(block, int(record["learner_steps"]),
+                                   published["version"] if published else None, keep=[])
+            self.cache_block = block
         self.at_block = block
 
     def _save(self, block: int) -> None:
+        t0 = time.perf_counter()
         tree = {"learner": self.stage.learner.state()}
         if hasattr(self.stage.sampler, "priority_state"):     # prioritized replay: priorities, row ids, max
             tree["sampler"] = self.stage.sampler.priority_state()
         self.chain.save(block + 1, tree, metadata={"block": block})
-        self.chain.wait()     # the next block may restore it in another process
+        self.chain.wait()     # the next round may restore it in another process
         self.at_block = block
+        self.fixed_s["save"] += time.perf_counter() - t0
+
+    def take_fixed_seconds(self) -> Dict[str, float]:
+        """Seconds of fixed cost since the last call (build: TensorFlow import and learner build; restore:
+        state restore and cache refill; save), for the round record; then zero."""
+        out = {k: round(v, 3) for k, v in self.fixed_s.items()}
+        self.fixed_s = dict.fromkeys(self.fixed_s, 0.0)
+        return out
 
     def _publish(self, out: Dict[str, Any]) -> None:
         """Write a version the stage made: flatbuffer for actors, parameters for ``best``."""
@@ -127,8 +188,9 @@ class BlockLearner:
             self._save(-1)
             return out
 
-    def learn(self, block: int, target: int, publish: Optional[int]) -> Dict[str, Any]:
-        """Learner block ``block`` (``LearnerStage.learn_block``) from block ``block - 1``'s exact state."""
+    def learn(self, block: int, target: int, publish: Optional[int], save: bool = True) -> Dict[str, Any]:
+        """Learner block ``block`` (``LearnerStage.learn_block``) from block ``block - 1``'s exact state;
+        ``save``: then store the state in ``beam/learner`` (a round's last block: once per round)."""
         with self.lock:
             self._hold(block - 1)
             self.at_block = None              # mid-block: a failure leaves no claim on the state
@@ -136,7 +198,9 @@ class BlockLearner:
             self.cache_block = block              # learn_block refreshed the cache to this block's shard
             if out["published"] is not None:
                 self._publish(out)
-            self._save(block)
+            if save:
+                self._save(block)
+            self.at_block = block
             return out
 
     def checkpoint(self, block: int, loop: Dict[str, Any]) -> None:
@@ -169,6 +233,14 @@ def learner_for(cfg, run_dir: str) -> BlockLearner:
             _LEARNERS.clear()
             learner = _LEARNERS[key] = BlockLearner(cfg, run_dir)
         return learner
+
+
+def take_fixed_seconds(cfg, run_dir: str) -> Dict[str, float]:
+    """:meth:`BlockLearner.take_fixed_seconds` of this process's learner for the run (zeros if none: a
+    round that found every block's record builds no learner)."""
+    with _LEARNERS_LOCK:
+        learner = _LEARNERS.get((run_dir, config_lib.to_json(cfg)))
+    return learner.take_fixed_seconds() if learner is not None else {"build": 0.0, "restore": 0.0, "save": 0.0}
 
 
 def records_json(records: List[Any]) -> List[List[Any]]:

@@ -26,6 +26,7 @@ Example::
                               ["--runner", "DataflowRunner", "--project", "p", "--region", "us-central1",
                                "--temp_location", "gs://bucket/tmp", "--setup_file", "./setup.py",
                                "--blocks_per_round", "8"])
+    show_rounds(cfg, ["--runner", "DataflowRunner", "--round_startup_s", "180"])   # the plan only, prints
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from typing import Any, Dict, Sequence
 
 from core import urls
 from pipelines.beam.launcher import RoundLauncher
-from pipelines.beam.options import blocks_per_round_arg
+from pipelines.beam.options import round_options
+from pipelines.beam.round_size import describe, size_rounds
 from pipelines.executors import beam as beam_executor
 from pipelines.executors.common import thread_env
 
@@ -43,9 +45,54 @@ def train_in_rounds(cfg, run_dir: str, pipeline_args: Sequence[str], progress: b
                     resume: bool = False) -> Dict[str, Any]:
     """Train ``cfg`` as rounds of Beam pipelines into ``run_dir``; returns the summary (see driver)."""
     run_dir = urls.normalize(run_dir)
-    pipeline_args, blocks_per_round = blocks_per_round_arg(pipeline_args)
-    options = beam_executor.pipeline_options(pipeline_args, run_dir)   # rejects bad runner/run dir first
+    pipeline_args, ours = round_options(pipeline_args)
+    # A round is one element (one worker runs its blocks in order: pipelines.beam.graph), so the
+    # DirectRunner needs one worker process, not one per core (each costs start-up; --direct_num_workers wins).
+    options = beam_executor.pipeline_options(pipeline_args, run_dir, num_workers=1)   # rejects bad runner/run dir
     if beam_executor.is_local_runner(pipeline_args):
         for k, v in thread_env(cfg).items():   # inherited by DirectRunner worker processes
             os.environ.setdefault(k, v)
-    return RoundLauncher(cfg, run_dir, options, progress, resume, blocks_per_round).run()
+    sizing = size_rounds(cfg, beam_executor.runner_name(pipeline_args), ours.startup_s, ours.blocks_per_round)
+    return RoundLauncher(cfg, run_dir, options, progress, resume, sizing,
+                         startup_given=ours.startup_s is not None).run()
+
+
+def show_rounds(cfg, pipeline_args: Sequence[str], out=None) -> int:
+    """``--show-rounds``: print the round plan (and, for Dataflow, the largest round's job request size
+    from a dry run); submits nothing, needs no credentials, writes nothing. Returns exit status 0."""
+    import sys
+    out = out or sys.stdout
+    args, ours = round_options(pipeline_args)
+    runner = beam_executor.runner_name(args)
+    sizing = size_rounds(cfg, runner, ours.startup_s, ours.blocks_per_round)
+    print(describe(sizing, runner), file=out)
+    if not beam_executor.is_local_runner(args):
+        size = dataflow_request_bytes(cfg, sizing.blocks_per_round)
+        print(f"largest round ({sizing.blocks_per_round} blocks), Dataflow dry run: " +
+              (f"job request {size[0]:,} bytes + pipeline proto {size[1]:,} bytes (limit ~10 MB)" if size
+               else "not measured (needs apache-beam[gcp])"), file=out)
+    return 0
+
+
+def dataflow_request_bytes(cfg, blocks: int) -> Any:
+    """``(job request JSON bytes, pipeline proto bytes)`` of a ``blocks``-block round on Dataflow (a
+    ``--dry_run``: nothing is submitted, no credentials), or None without the ``apache-beam[gcp]`` extras."""
+    try:
+        from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    except ImportError:
+        return None
+    import apache_beam as beam
+    from core.agents.registry import get_builder
+    from pipelines.beam.blocks import BlockRun
+    from pipelines.run import setup as run_setup
+    from pipelines.beam.graph import build_block_round
+    run_dir = "gs://databloom-dry-run/runs/show-rounds"
+    options = beam_executor.pipeline_options(
+        ["--runner", "DataflowRunner", "--project", "dry-run", "--region", "us-central1", "--temp_location",
+         "gs://databloom-dry-run/tmp", "--dry_run=True", "--no_auth", "--sdk_location=container",
+         "--sdk_container_image", "dry-run"], run_dir)
+    specs = tuple(run_setup.actor_specs(cfg, run_setup.run_id(cfg), get_builder(cfg.agent.algo).action_selector))
+    pipeline = beam.Pipeline(runner=DataflowRunner(), options=options)
+    build_block_round(pipeline, BlockRun(cfg, run_dir, specs), 0, 0, blocks - 1)
+    job = pipeline.run().job
+    return len(job.json()), len(job.proto_pipeline.SerializeToString())
