@@ -26,6 +26,9 @@ class DQNConfig:
     huber_delta: float = 1.0
     max_grad_norm: float = 10.0
     prioritized: bool = False          # prioritized replay (sum-tree) instead of uniform
+    # How the learner's K-step loop runs (same maths; benchmarks/micro/learner_speed.py measures each):
+    fused_adam: bool = True            # Adam as one ResourceApplyAdam per variable (core.agents.fused_adam)
+    jit_compile: bool = False          # XLA-compile the K-step loop (about 2 s to compile per call shape)
     epsilon: EpsilonConfig = dataclasses.field(default_factory=EpsilonConfig)
 
 

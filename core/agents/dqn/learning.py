@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from core.agents import variables
+from core.agents.fused_adam import apply_adam
 from core.agents.dqn.losses import huber, q_learning_targets
 from core.agents.dqn.config import DQNConfig as AgentConfig
 from core.envs import EnvSpec
@@ -40,6 +41,8 @@ class DQNLearner:
                                                global_clipnorm=cfg.max_grad_norm)
         self.optimizer.build(self.q.trainable_variables)
         self.num_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_steps")
+        # The K-step loop, traced once; XLA (cfg.jit_compile) compiles it for this CPU on the first call.
+        self._train_steps = tf.function(self._k_steps, reduce_retracing=True, jit_compile=cfg.jit_compile)
 
     @property
     def policy_model(self):
@@ -58,15 +61,17 @@ class DQNLearner:
             td = target - q_taken
             loss = tf.reduce_mean(weight * huber(td, self.cfg.huber_delta))
         grads = tape.gradient(loss, self.q.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.q.trainable_variables))
+        if self.cfg.fused_adam:       # one ResourceApplyAdam per variable (core.agents.fused_adam)
+            apply_adam(self.optimizer, grads, self.q.trainable_variables)
+        else:
+            self.optimizer.apply_gradients(zip(grads, self.q.trainable_variables))
         self.num_steps.assign_add(1)
         if self.num_steps % self.cfg.target_update_period == 0:
             for t, s in zip(self.target.weights, self.q.weights):
                 t.assign(s)
         return loss, td, tf.reduce_mean(q_taken)
 
-    @tf.function(reduce_retracing=True)
-    def _train_steps(self, obs, action, reward, discount, next_obs, weight):
+    def _k_steps(self, obs, action, reward, discount, next_obs, weight):
         # K sequential steps in one call: one Python->TF dispatch per K steps.
         k = tf.shape(reward)[0]
         losses = tf.TensorArray(tf.float32, size=k)
