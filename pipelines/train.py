@@ -171,17 +171,34 @@ def _train_locked(cfg, run_dir: str, progress: bool, resume: bool, pipeline_args
     return run_with_executor(Trainer, cfg, run_dir, progress, resume)
 
 
+def clock_rows(summary: dict) -> List[List[str]]:
+    """The run on one clock (``summary["clock"]``, pipelines.run.summary.run_clock): parts that add up."""
+    clock = summary.get("clock") or {}
+    if clock.get("startup_s") is None:        # no clock (an older summary) or no loop end (Beam)
+        rows = [["training loop", f"{summary['wall_s']:.1f} s"]]
+        if clock:
+            rows.insert(0, ["start-up + end of run", f"{clock['startup_and_end_s']:.1f} s"])
+    else:
+        rows = [["start-up", f"{clock['startup_s']:.1f} s (process start to the training loop)"],
+                ["training loop", f"{clock['training_loop_s']:.1f} s"],
+                ["end of run", f"{clock['end_of_run_s']:.1f} s (final evaluation, summary)"]]
+    if clock:
+        rows.append(["since process start", f"{clock['since_process_start_s']:.1f} s (= the rows above)"])
+    return rows
+
+
 def print_summary(summary: dict) -> None:
     rows = [["env steps", f"{summary['env_steps']:,}"],
             ["learner steps", f"{summary['learner_steps']:,}"],
-            ["wall time", f"{summary['wall_s']:.1f} s"],
-            ["env steps/s", f"{summary['env_steps_per_s']:,.0f}"],
+            *clock_rows(summary),
+            ["env steps/s", f"{summary['env_steps_per_s']:,.0f} (env steps / training loop)"],
             ["policy versions", summary["policy_versions"]],
             ["bytes per broadcast", f"{summary['bytes_per_broadcast']:,} ({summary['precision']})"],
             ["best eval return", "- (no evaluation ran)" if summary["best_version"] < 0
              else f"{summary['best_eval_return']:.1f} (version {summary['best_version']})"],
             ["time to target", "-" if summary["time_to_target_s"] is None
-             else f"{summary['time_to_target_s']:.1f} s, {summary['env_steps_to_target']:,} env steps"]]
+             else f"{summary['time_to_target_s']:.1f} s from process start, "
+                  f"{summary['env_steps_to_target']:,} env steps"]]
     for precision, r in summary["final_eval"].items():
         rows.append([f"final return ({precision})", f"{r['mean']:.1f} +- {r['std']:.1f}"])
     if summary.get("energy_kwh") is not None:

@@ -185,11 +185,41 @@ def wall_split(records: Sequence[Dict[str, Any]], wall_s: float) -> Optional[Dic
             "actor_workers": len(workers), "wall_s": wall_s}
 
 
+def run_clock(records: Sequence[Dict[str, Any]], wall_s: float, now: Optional[float] = None) -> Dict[str, Any]:
+    """The run on one clock, from process start, in parts that add up::
+
+        since_process_start_s = startup_s + training_loop_s + end_of_run_s
+
+    ``startup_s``: process start (imports, config, cluster, stores, learner
+    build) to the training loop's start; ``training_loop_s``: the loop's wall
+    time (``wall_s``: env steps/s divide by it); ``end_of_run_s``: the loop's
+    end to now (final evaluation at fp32 and the actors' precision, the
+    summary). The loop's end is the driver's ``schedule`` record (after the
+    last ``config`` record: a resumed run's own segment); without one (the Beam
+    launcher) it is not known, and ``startup_s`` and ``end_of_run_s`` are None
+    with ``startup_and_end_s`` their sum. ``time_to_target_s`` counts from the
+    same process start.
+    """
+    now = time.time() if now is None else now
+    since = now - process_start()
+    starts = [i for i, r in enumerate(records) if r.get("kind") == "config"]
+    segment = records[starts[-1]:] if starts else records
+    sched = next((r for r in reversed(segment) if r.get("kind") == "schedule"), None)
+    clock = {"since_process_start_s": since, "startup_s": None, "training_loop_s": wall_s, "end_of_run_s": None,
+             "startup_and_end_s": since - wall_s}
+    if sched is not None and "time" in sched:
+        clock["end_of_run_s"] = now - float(sched["time"])
+        clock["startup_s"] = since - wall_s - clock["end_of_run_s"]
+    return clock
+
+
 def write_summary(run_dir: str, log, summary: Dict[str, Any]) -> None:
     """Record ``summary`` in metrics.jsonl and as ``<run_dir>/summary.json``.
 
     Adds ``wall_split`` (:func:`wall_split`) from the run's metrics.jsonl when
-    the run's driver wrote a ``schedule`` record (None otherwise).
+    the run's driver wrote a ``schedule`` record (None otherwise), and
+    ``clock`` (:func:`run_clock`): start-up, training loop and end of run from
+    process start.
     """
     from core.metrics import read_metrics
     try:
@@ -197,6 +227,7 @@ def write_summary(run_dir: str, log, summary: Dict[str, Any]) -> None:
     except (OSError, ValueError):   # a log this filesystem cannot read back: no split, the summary stays
         records = []
     summary["wall_split"] = wall_split(records, summary["wall_s"])
+    summary["clock"] = run_clock(records, summary["wall_s"])
     log.write("summary", step=summary["env_steps"], **summary)
     fs, path = urls.resolve(run_dir)
     with fs.open(f"{path}/summary.json", "w") as f:

@@ -26,7 +26,7 @@ SUMMARY_KEYS = {"run_dir", "env_id", "executor", "precision", "seed", "env_steps
                 "best_version", "time_to_target_s", "env_steps_to_target", "mean_policy_lag_versions",
                 "mean_policy_lag_s", "final_eval", "replay_log_version",
                 "energy_kwh", "co2e_kg", "energy_source", "carbon_backend", "carbon_pue", "energy_process_time_kwh",
-                "wall_split"}
+                "wall_split", "clock"}
 
 
 def small_config(executor: str, total_env_steps: int = BUDGET, **extra):
