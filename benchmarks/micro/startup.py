@@ -16,6 +16,12 @@ shard of env steps in the replay). Compare two commits side by side::
     python benchmarks/micro/startup.py /tmp/base .          # base vs this checkout, 3 alternating pairs
     python benchmarks/micro/startup.py . --pairs 5 --set executor=local
     python benchmarks/micro/startup.py /tmp/base . --pairs 5 --whole-run     # env steps/s, side by side
+    python benchmarks/micro/startup.py /tmp/base . --phases                  # each phase, median of 5
+
+``--phases`` times each phase a default run needs before its first env step
+(imports, config, Dask cluster, store, learner, int8 policy, LiteRT
+interpreter, first env step), each in a fresh process with its own imports
+(:func:`phase_child`); the run itself overlaps some of them.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict, List, Sequence
 
 
@@ -54,6 +61,93 @@ def one_run(checkout: str, overrides: Sequence[str], whole: bool = False) -> Dic
             "env_steps": summary["env_steps"], "env_steps_per_s": summary["env_steps_per_s"]}
 
 
+#: The start-up phases, in the order a default run needs them before its first env step.
+PHASES = ("imports", "config", "dask_cluster", "store_creation", "learner_build", "actor_policy_build",
+          "litert_interpreter", "first_env_step")
+
+
+def phase_child() -> Dict[str, float]:
+    """In a fresh process: seconds of each start-up phase of the default config, each with its own imports.
+
+    Runs this script's code against the checkout on ``PYTHONPATH`` (the current directory), so an older
+    checkout without this function is measured the same way.
+
+    ``imports``: process start to ``pipelines.train`` imported (what ``--help`` pays); ``config``: the
+    default config loaded and checked; ``dask_cluster``: the embedded LocalCluster (one worker per core)
+    and its client; ``store_creation``: the replay store created; ``learner_build``: TensorFlow and the
+    learner (networks, optimizer); ``actor_policy_build``: the first int8 policy payload;
+    ``litert_interpreter``: a LiteRT interpreter on it, first invoke; ``first_env_step``: the actor's
+    vector env made, reset and stepped once.
+    """
+    import psutil
+    seconds: Dict[str, float] = {}
+    import pipelines.train  # noqa: F401  (the command-line tool's own imports)
+    seconds["imports"] = time.time() - psutil.Process().create_time()
+    mark = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        seconds[name], mark = now - mark, now
+
+    from core.config import load_config
+    cfg = load_config(os.path.join(os.getcwd(), "configs", "default.yaml"))     # the checkout's (cwd)
+    lap("config")
+    from distributed import Client, LocalCluster
+    cluster = LocalCluster(n_workers=os.cpu_count(), threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    lap("dask_cluster")
+    with tempfile.TemporaryDirectory(prefix="startup-phases-") as d:
+        from core.replay import ReplayStore
+        ReplayStore.open_or_create(f"{d}/replay", env_id=cfg.env.id, **cfg.replay.writer_options())
+        lap("store_creation")
+        from core.agents.registry import get_builder
+        from core.envs import env_spec
+        spec = env_spec(cfg.env.id)
+        learner = get_builder(cfg.agent.algo).make_learner(spec, cfg.agent, cfg.seed)
+        lap("learner_build")
+        from core.quantize import PolicyQuantizer
+        payload = PolicyQuantizer(cfg.actors.precision, patch=True).quantize(learner.policy_model, version=1)
+        lap("actor_policy_build")
+        from core.policy import LiteRTPolicy
+        import numpy as np
+        policy = LiteRTPolicy(payload, batch_size=cfg.env.num_envs, num_threads=cfg.threads.litert)
+        policy(np.zeros((cfg.env.num_envs, spec.obs_dim), np.float32))
+        lap("litert_interpreter")
+        from core.envs import make_vector_env
+        envs, _ = make_vector_env(cfg.env.id, cfg.env.num_envs, cfg.seed)
+        envs.step(envs.action_space.sample())
+        lap("first_env_step")
+        envs.close()
+    client.close()
+    cluster.close()
+    return seconds
+
+
+def phase_table(checkouts: Sequence[str], repeats: int) -> None:
+    """Run :func:`phase_child` ``repeats`` times per checkout (alternating) and print the median of each phase."""
+    runs: Dict[str, List[Dict[str, float]]] = {c: [] for c in checkouts}
+    for _ in range(repeats):
+        for c in checkouts:
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), c, "--phase-child"],
+                                  capture_output=True, text=True, cwd=c,
+                                  env={**os.environ, "PYTHONPATH": os.path.abspath(c), "TF_CPP_MIN_LOG_LEVEL": "2"})
+            if proc.returncode != 0:
+                raise SystemExit(f"error: the phase run from {c} failed: {proc.stderr.strip().splitlines()[-1:]}")
+            runs[c].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print(f"load {os.getloadavg()[0]:.1f}; median of {repeats} fresh processes per checkout; SB3: "
+          + ("installed but not measured here" if _has("stable_baselines3") else "not installed (no side-by-side)"))
+    print("| phase | " + " | ".join(checkouts) + " |\n|---|" + "---|" * len(checkouts))
+    for name in (*PHASES, "total"):
+        cells = [statistics.median(sum(r.values()) if name == "total" else r[name] for r in runs[c]) for c in checkouts]
+        print(f"| {name} | " + " | ".join(f"{v:.2f} s" for v in cells) + " |")
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
 def main(argv: List[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python benchmarks/micro/startup.py", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -64,12 +158,21 @@ def main(argv: List[str] | None = None) -> int:
                    help="extra config override for every run (repeatable)")
     p.add_argument("--whole-run", action="store_true",
                    help="run the default config to its end and compare env steps/s (default: a 4,096-step start)")
+    p.add_argument("--phases", action="store_true",
+                   help="time each start-up phase in fresh processes (median of --pairs, default 5) instead")
+    p.add_argument("--phase-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.phase_child:
+        print(json.dumps(phase_child()))
+        return 0
     if args.pairs < 1:
         p.error(f"--pairs {args.pairs} invalid; valid: >= 1")
     for c in args.checkouts:
         if not os.path.isfile(os.path.join(c, "pipelines", "train.py")):
             p.error(f"{c!r} is not a DataBloom checkout (no pipelines/train.py)")
+    if args.phases:
+        phase_table(args.checkouts, args.pairs if "--pairs" in (argv or sys.argv) else 5)
+        return 0
     runs: Dict[str, List[Dict[str, float]]] = {c: [] for c in args.checkouts}
     for _ in range(args.pairs):
         for c in args.checkouts:
