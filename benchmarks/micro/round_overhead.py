@@ -12,10 +12,22 @@ blocks, not per block as here.
 
     overhead per round = round wall time - rollout compute / workers
 
+``--part learner`` measures what a training round's learner pays whatever
+the round's length (import and build, state restore and replay-cache
+refill, state saves), for two checkouts side by side (``--base`` before,
+``--tree`` after, alternating): in each, a run of ``--prefix-blocks`` plan
+blocks, then ``--resume`` for ``--round-blocks`` more in one round, each on
+the checkout's default DirectRunner, with the checkout's ``BlockLearner``
+methods timed in every process (``__init__``: import + build, once per
+process that learns; ``_hold``: restore + refill; ``_save``: saves).
+Learning itself is not counted.
+
 Usage::
 
     python -m benchmarks.micro.round_overhead                        # 5 rounds, 2 actors x 8 envs x 128 steps
     python -m benchmarks.micro.round_overhead --rounds 3 --steps 512 --beam-mode in_memory
+    python -m benchmarks.micro.round_overhead --part learner --base /tmp/base --tree . --repeats 2 \
+        --out benchmarks/results/beam-round-learner.json
 """
 from __future__ import annotations
 
@@ -197,10 +209,136 @@ def bench_beam(args, payload, root: str) -> List[Dict[str, float]]:
     return out
 
 
+# --------------------------------------------------------------------------- a training round's learner
+# Loaded by every process of a probe run (the launcher and the DirectRunner's worker processes) through
+# PYTHONPATH: times the checkout's BlockLearner methods, one JSON line per call, to $ROUND_PROBE_FILE.
+_SITECUSTOMIZE = r"""
+import json, os, time
+try:
+    import pipelines.beam.learner as _L
+except Exception:
+    _L = None
+if _L is not None and os.environ.get("ROUND_PROBE_FILE"):
+    def _timed(name, key):
+        f = getattr(_L.BlockLearner, name)
+        def g(self, *a, **k):
+            t = time.perf_counter()
+            try:
+                return f(self, *a, **k)
+            finally:
+                with open(os.environ["ROUND_PROBE_FILE"], "a") as out:
+                    out.write(json.dumps({"key": key, "s": time.perf_counter() - t, "pid": os.getpid()}) + "\n")
+        setattr(_L.BlockLearner, name, g)
+    for _name, _key in (("__init__", "build"), ("_hold", "restore"), ("_save", "save")):
+        _timed(_name, _key)
+"""
+
+_LEARNER_PROBE = r"""
+import json, sys, time
+from core.config import load_config
+from pipelines.train import train
+config, overrides, run_dir, blocks, phase = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+cfg = load_config(config, overrides=["executor=beam", *overrides])
+t = time.perf_counter()
+train(cfg, run_dir, progress=False, resume=phase == "round", pipeline_args=["--blocks_per_round", str(blocks)])
+print(json.dumps({"wall_s": time.perf_counter() - t}))
+"""
+
+
+def _probe(tree: str, config: str, overrides: List[str], run_dir: str, blocks: int, phase: str) -> Dict[str, Any]:
+    """One run (``phase`` prefix: new; round: ``--resume``) on the checkout's default DirectRunner; the
+    learner's timed calls summed over every process of it."""
+    import subprocess
+    import sys
+    probe_dir = tempfile.mkdtemp(prefix="round-probe-")
+    try:
+        with open(os.path.join(probe_dir, "sitecustomize.py"), "w") as f:
+            f.write(_SITECUSTOMIZE)
+        timings = os.path.join(probe_dir, "timings.jsonl")
+        env = {**os.environ, "PYTHONPATH": f"{probe_dir}:{os.path.abspath(tree)}", "ROUND_PROBE_FILE": timings}
+        proc = subprocess.run([sys.executable, "-c", _LEARNER_PROBE, config, json.dumps(overrides), run_dir,
+                               str(blocks), phase], cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{tree} {phase}: {proc.stderr[-2000:]}")
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        calls = [json.loads(line) for line in open(timings)] if os.path.exists(timings) else []
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+    for key in ("build", "restore", "save"):
+        out[key] = sum(c["s"] for c in calls if c["key"] == key)
+    out["saves"] = sum(c["key"] == "save" for c in calls)
+    out["learner_processes"] = len({c["pid"] for c in calls if c["key"] == "build"})
+    return out
+
+
+def bench_learner(args) -> Dict[str, Any]:
+    """Per-round learner fixed cost in ``args.base`` and ``args.tree``, alternating (module docstring)."""
+    from core.config import load_config
+    from pipelines.run.plan import TrainingPlan
+    rows = TrainingPlan.from_config(load_config(args.config, overrides=args.set)).block_rows
+    runs: Dict[str, List[Dict[str, Any]]] = {"before": [], "after": []}
+    for _ in range(args.repeats):
+        for label, tree in (("before", args.base), ("after", args.tree)):
+            root = tempfile.mkdtemp(prefix=f"round-learner-{label}-")
+            try:
+                run_dir = os.path.join(root, "run")
+                prefix = [*args.set, f"total_env_steps={args.prefix_blocks * rows}"]
+                _probe(tree, args.config, prefix, run_dir, args.prefix_blocks, "prefix")
+                total = [*args.set, f"total_env_steps={(args.prefix_blocks + args.round_blocks) * rows}"]
+                runs[label].append(_probe(tree, args.config, total, run_dir, args.round_blocks, "round"))
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    return runs
+
+
+def _learner_table(args, runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+    import numpy as np
+    from pipelines.cli import print_table
+    keys = ("build", "restore", "save", "saves", "learner_processes", "wall_s")
+    med = {label: {k: float(np.median([r[k] for r in rs])) for k in keys} for label, rs in runs.items()}
+    for m in med.values():
+        m["fixed"] = m["build"] + m["restore"] + m["save"]
+    rows = [[label, f"{m['build']:.2f} ({m['learner_processes']:.0f})", f"{m['restore']:.2f}",
+             f"{m['save']:.2f} ({m['saves']:.0f})", f"{m['fixed']:.2f}", f"{m['wall_s']:.1f}"] for label, m in med.items()]
+    print(f"{args.config} {' '.join(args.set)}: a round of {args.round_blocks} blocks after {args.prefix_blocks} "
+          f"(median of {args.repeats})")
+    print_table(["code", "import+build s (processes)", "restore+refill s", "saves s (n)", "fixed s", "round run wall s"], rows)
+    ratio = med["before"]["fixed"] / max(med["after"]["fixed"], 1e-9)
+    print(f"fixed cost before / after: {ratio:.2f}x")
+    return {"median": med, "ratio": ratio}
+
+
+def learner_main(args) -> None:
+    import datetime
+    import platform
+    runs = bench_learner(args)
+    table = _learner_table(args, runs)
+    if args.out:
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                   platform.processor())
+        record = {"schema": "databloom.round_learner/1", "command": "python -m benchmarks.micro.round_overhead "
+                  + " ".join(args.argv), "measured_at": datetime.datetime.utcnow().isoformat(timespec="seconds") + "Z",
+                  "cpu": cpu, "cores": os.cpu_count(), "load_average": list(os.getloadavg()), "config": args.config,
+                  "set": args.set, "prefix_blocks": args.prefix_blocks, "round_blocks": args.round_blocks,
+                  "runs": runs, **table}
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+
+
 def main(argv=None) -> None:
+    import sys
     import numpy as np
     from pipelines.cli import print_table
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--part", default="rounds", choices=["rounds", "learner"])
+    p.add_argument("--base", help="--part learner: the checkout before (e.g. git archive of the older commit)")
+    p.add_argument("--tree", default=".", help="--part learner: the checkout after")
+    p.add_argument("--config", default="configs/default.yaml")
+    p.add_argument("--set", nargs="*", default=[], help="config overrides (--part learner)")
+    p.add_argument("--prefix-blocks", type=int, default=16)
+    p.add_argument("--round-blocks", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--out")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--actors", type=int, default=2)
     p.add_argument("--envs", type=int, default=8)
@@ -209,6 +347,12 @@ def main(argv=None) -> None:
     p.add_argument("--beam-mode", default="multi_processing", choices=["multi_processing", "in_memory",
                                                                        "multi_threading"])
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.part == "learner":
+        if not args.base:
+            p.error("--part learner needs --base (the checkout to compare against)")
+        learner_main(args)
+        return
     payload = _payload()
     root = tempfile.mkdtemp(prefix="round-overhead-")
     try:

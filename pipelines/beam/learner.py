@@ -125,18 +125,18 @@ class BlockLearner:
     def _refill(self, block: int) -> None:
         """Bring the replay cache to the shards of blocks <= ``block``, as the uninterrupted learner's.
 
-        One refresh when that is the same thing: nothing committed after
-        ``block`` and every committed row fits in the cache (the ring then
-        holds the shards in commit order, with the same row ids and slots);
-        else one refresh per block (``pipelines.run.resume``), as the
-        uninterrupted learner's blocks refreshed it.
+        One read (``LearnerStage.refresh_cache(block)``: the log as of block
+        ``block``'s commit, whatever was committed since) when that is the same
+        thing: every committed row fits in the cache and retention removed
+        nothing (the ring then holds the shards in commit order, with the same
+        row ids, slots and links); else one refresh per block
+        (``pipelines.run.resume``), as the uninterrupted learner's blocks
+        refreshed it.
         """
-        from pipelines.run.stages import shard_id_for
         cache, store = self.stage.cache, self.stage.store
         log = store.log.refresh()
         fits = sum(i.rows for i in log.live.values()) <= cache.max_transitions and cache.max_bytes is None
-        if (self.cache_block < 0 <= block and fits and not log.removed
-                and shard_id_for(block + 1) not in log.committed_version):
+        if self.cache_block < 0 <= block and fits and not log.removed:
             self.stage.refresh_cache(block)
         else:
             for b in range(self.cache_block + 1, block + 1):

@@ -116,3 +116,35 @@ def test_a_prioritized_replay_run_across_rounds_is_bit_identical_to_the_local_ru
                  pipeline_args=[*DIRECT, "--blocks_per_round", "1"])
     assert local["learner_steps"] == 61 and _rounds(beam_dir) == [[0], [1]]
     _assert_same_run((local, local_dir), (beam, beam_dir), "R2D2 local vs beam (one block per round)")
+
+
+#: A 16-block run small enough to run at every round size: blocks of 2 actors x 4 envs x 16 steps = 128 rows.
+TINY = ["total_env_steps=2048", "env.num_envs=4", "agent.hidden=[16]", "actors.num_actors=2",
+        "actors.steps_per_task=16", "replay.min_size=64", "replay.shard_max_rows=128", "learner.replay_ratio=0.5",
+        "eval.every_env_steps=512", "eval.episodes=2", "eval.confirm_episodes=0", "checkpoint.every_steps=256"]
+
+
+@pytest.fixture(scope="module")
+def tiny_local_run(tmp_path_factory):
+    from core.config import load_config
+    from pipelines.train import train
+    run_dir = str(tmp_path_factory.mktemp("tiny") / "local")
+    return train(load_config(overrides=["executor=local", *TINY]), run_dir, progress=False), run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("blocks_per_round", [1, 4, 16])
+def test_round_size_never_changes_a_run(tiny_local_run, tmp_path, blocks_per_round):
+    """16 blocks in rounds of 1, 4 or 16: every round boundary restores the learner from its one save per
+    round, refills the replay cache in one read and reloads the actors from their documents, and the run
+    is the local one, bit for bit (parameters, every shard's arrays, counters)."""
+    from core.config import load_config
+    from pipelines.train import train
+    run_dir = str(tmp_path / "beam")
+    summary = train(load_config(overrides=["executor=beam", *TINY]), run_dir, progress=False,
+                    pipeline_args=[*DIRECT, "--blocks_per_round", str(blocks_per_round)])
+    assert _rounds(run_dir) == [list(range(b, b + blocks_per_round)) for b in range(0, 16, blocks_per_round)]
+    saves = sorted(n for n in os.listdir(os.path.join(run_dir, "beam", "learner")) if n.startswith("step"))
+    assert saves[-1] == "step_00000016" and len(saves) <= 2, saves     # after block 15; the chain keeps two
+    _assert_same_run(tiny_local_run, (summary, run_dir), f"local vs beam ({blocks_per_round} blocks per round)")
