@@ -146,12 +146,13 @@ def test_block_round_graph_does_not_embed_the_policy_payload(tmp_path):
 
 def test_block_round_graph_is_the_same_for_1_or_1000_blocks(tmp_path):
     """The graph holds the round's first and last block as numbers, never a step per block: a round of
-    1 block, of 16, and of 1,000 in a 4,000-block run translate to protos of the same size (within the
-    digits of the block numbers), and the policy (an ActorQ-size file) is not in them."""
+    1 block, of 16, and of 1,000 in a 4,000-block run translate to protos of the same size (within 1 kB:
+    pickled closures vary by tens of bytes from build to build; a step per block would add ~40 kB per
+    block), and the policy (an ActorQ-size file) is not in them."""
     policy_files.write_payload(str(tmp_path), _fake_payload(ACTORQ_INT8_BYTES))
     run = _block_run(str(tmp_path), total_env_steps=4_000 * 128)
     sizes = [len(_block_graph(run, first, last)) for first, last in ((8, 8), (8, 23), (3_000, 3_999))]
-    assert max(sizes) - min(sizes) < 32, sizes
+    assert max(sizes) - min(sizes) < 1_000, sizes
     assert max(sizes) < 100_000, sizes
 
 
