@@ -31,7 +31,7 @@ Example::
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from core import urls
 from pipelines.beam.launcher import RoundLauncher
@@ -66,6 +66,9 @@ def show_rounds(cfg, pipeline_args: Sequence[str], out=None) -> int:
     runner = beam_executor.runner_name(args)
     sizing = size_rounds(cfg, runner, ours.startup_s, ours.blocks_per_round)
     print(describe(sizing, runner), file=out)
+    rounds = launcher_rounds(cfg, sizing)
+    print(f"launcher: {len(rounds)} job{'s' if len(rounds) != 1 else ''} of "
+          f"{max(b - a + 1 for a, b in rounds)} blocks at most", file=out)
     if not beam_executor.is_local_runner(args):
         size = dataflow_request_bytes(cfg, sizing.blocks_per_round)
         print(f"largest round ({sizing.blocks_per_round} blocks), Dataflow dry run: " +
@@ -74,9 +77,25 @@ def show_rounds(cfg, pipeline_args: Sequence[str], out=None) -> int:
     return 0
 
 
-def dataflow_request_bytes(cfg, blocks: int) -> Any:
-    """``(job request JSON bytes, pipeline proto bytes)`` of a ``blocks``-block round on Dataflow (a
-    ``--dry_run``: nothing is submitted, no credentials), or None without the ``apache-beam[gcp]`` extras."""
+def launcher_rounds(cfg, sizing) -> List[Tuple[int, int]]:
+    """``[(first block, last block)]`` of every round the launcher submits when no round is measured (the
+    start-up given, each block at the cost model's estimate): :class:`RoundLauncher`'s own sizing, block
+    after block, so the count is the jobs the plan announces only if the launcher follows the plan."""
+    launcher = RoundLauncher(cfg, "gs://databloom-dry-run/runs/show-rounds", None, False, False, sizing,
+                             startup_given=True)
+    rounds: List[Tuple[int, int]] = []
+    launcher.next_block = 0
+    while launcher.next_block < launcher.plan.num_blocks:
+        last = min(launcher.next_block + launcher._round_blocks(), launcher.plan.num_blocks) - 1
+        rounds.append((launcher.next_block, last))
+        launcher.next_block = last + 1
+    return rounds
+
+
+def dataflow_request_bytes(cfg, blocks: int, first: int = 0) -> Any:
+    """``(job request JSON bytes, pipeline proto bytes)`` of the round of blocks ``first .. first + blocks - 1``
+    on Dataflow (a ``--dry_run``: nothing is submitted, no credentials), or None without the
+    ``apache-beam[gcp]`` extras."""
     try:
         from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
     except ImportError:
@@ -93,6 +112,6 @@ def dataflow_request_bytes(cfg, blocks: int) -> Any:
          "--sdk_container_image", "dry-run"], run_dir)
     specs = tuple(run_setup.actor_specs(cfg, run_setup.run_id(cfg), get_builder(cfg.agent.algo).action_selector))
     pipeline = beam.Pipeline(runner=DataflowRunner(), options=options)
-    build_block_round(pipeline, BlockRun(cfg, run_dir, specs), 0, 0, blocks - 1)
+    build_block_round(pipeline, BlockRun(cfg, run_dir, specs), 0, first, first + blocks - 1)
     job = pipeline.run().job
     return len(job.json()), len(job.proto_pipeline.SerializeToString())

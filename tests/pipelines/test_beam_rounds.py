@@ -100,7 +100,26 @@ def test_show_rounds_on_dataflow_needs_no_credentials_and_gives_the_job_request_
     assert code == 0
     assert lines[0] == "runner DataflowRunner: 2084 plan blocks, 49 blocks per round (rule), 43 jobs"
     assert "start-up share 9.8% of the run's wall time" in lines[1]
-    assert lines[2].startswith("largest round (49 blocks), Dataflow dry run: job request ")
+    assert lines[2] == "launcher: 43 jobs of 49 blocks at most"
+    assert lines[3].startswith("largest round (49 blocks), Dataflow dry run: job request ")
+
+
+@pytest.mark.slow
+def test_the_dataflow_dry_run_submits_the_jobs_the_plan_announces():
+    """pong-vtrace (inference=local) on Dataflow at 180 s a start-up: the plan says 5 jobs of 625 blocks; the
+    launcher's own round sequence is 5 rounds covering blocks 0 .. 3,124 once, in order, and each round's
+    Dataflow dry run builds a job request within the ~10 MB limit, of the same size whatever its blocks."""
+    pytest.importorskip("apitools", reason="apache-beam[gcp] extras not installed")
+    from pipelines.beam.rounds import dataflow_request_bytes, launcher_rounds
+    cfg = load_config("configs/pong-vtrace.yaml", overrides=["executor=beam", "inference=local"])
+    sizing = round_size.size_rounds(cfg, "DataflowRunner", 180.0)
+    assert (sizing.plan_blocks, sizing.blocks_per_round, sizing.jobs) == (3125, 625, 5)
+    rounds = launcher_rounds(cfg, sizing)
+    assert len(rounds) == sizing.jobs
+    assert [b for first, last in rounds for b in range(first, last + 1)] == list(range(3125))
+    sizes = [dataflow_request_bytes(cfg, last - first + 1, first) for first, last in rounds]
+    assert len(sizes) == 5 and all(job + proto < 10_000_000 for job, proto in sizes), sizes
+    assert max(p for _, p in sizes) - min(p for _, p in sizes) < 1_000, sizes
 
 
 def test_the_launcher_sizes_each_round_from_the_previous_one():
