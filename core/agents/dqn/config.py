@@ -28,7 +28,9 @@ class DQNConfig:
     prioritized: bool = False          # prioritized replay (sum-tree) instead of uniform
     # How the learner's K-step loop runs (same maths; benchmarks/micro/learner_speed.py measures each):
     fused_adam: bool = True            # Adam as one ResourceApplyAdam per variable (core.agents.fused_adam)
-    jit_compile: bool = False          # XLA-compile the K-step loop (about 2 s to compile per call shape)
+    # XLA-compile the K-step loop. Off: on Zen 4 (2026-12-05, learner_speed.py, 2 paired runs) fused+xla ran
+    # 0.98-1.03x fused on [256, 256] and 0.75-0.85x on 3x2048, and its first call costs 1.1-1.5 s more.
+    jit_compile: bool = False
     epsilon: EpsilonConfig = dataclasses.field(default_factory=EpsilonConfig)
 
 
