@@ -41,9 +41,9 @@ def train_command(args: Sequence[str], program: Optional[Sequence[str]] = None) 
     return [*(program or (sys.executable, "-m", "pipelines.train")), *args]
 
 
-def run_env() -> Dict[str, str]:
-    """The environment of a run: this one, with :data:`THREAD_ENV`, and the repository importable."""
-    env = {**os.environ, **THREAD_ENV}
+def run_env(drop: Sequence[str] = ()) -> Dict[str, str]:
+    """The environment of a run: this one less ``drop``, with :data:`THREAD_ENV`, and the repository importable."""
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, **THREAD_ENV}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env

@@ -334,3 +334,17 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_
         report = json.load(open(os.path.join(out, "report.json")))
         assert [(g["config"], g["finished"]) for g in report["groups"]] == [("default", 2)] * 2 + [("other", 2)] * 2
         assert len(report["improvement"]) == 4 and os.path.exists(os.path.join(out, "curves-other.png"))
+
+
+# -- a run's environment under a Dask worker ------------------------------------------------------------
+
+def test_a_run_in_a_dask_worker_does_not_inherit_the_nannys_malloc_threshold(monkeypatch):
+    from pipelines.sweeps.dask_runner import nanny_spawn_variables
+    from pipelines.sweeps.launch import run_env
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")          # as a Dask nanny sets it for its worker
+    assert "MALLOC_TRIM_THRESHOLD_" in nanny_spawn_variables()
+    env = run_env(drop=nanny_spawn_variables())
+    assert "MALLOC_TRIM_THRESHOLD_" not in env and env["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")         # the user's own value stays
+    assert "MALLOC_TRIM_THRESHOLD_" not in nanny_spawn_variables()
+    assert run_env(drop=nanny_spawn_variables())["MALLOC_TRIM_THRESHOLD_"] == "131072"
