@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=os.path.join(RESULTS, "cluster-scale.png"),
                    help="PNG of steps/s, efficiency and central CPU against N (default "
                         "benchmarks/results/cluster-scale.png; '' = none)")
+    p.add_argument("--one-by-one", action="store_true",
+                   help="submit a block's rollouts one client.submit each (the driver before batched submits), "
+                        "not one client.map per worker: the before/after of the fix")
     p.add_argument("--no-progress", action="store_true", help="no progress bar per run")
     return p
 
@@ -167,6 +170,8 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
     run_dir = os.path.join(root, f"n{n}")
     with ClusterProcesses(processes, threads, env=thread_env(cfg), root=root) as cluster:
         executor = DaskExecutor(address=cluster.address, retries=cfg.dask.task_retries)
+        if args.one_by_one:      # common.submit_batch falls back to one submit per call
+            executor.submit_batch = None
         try:
             step_s = args.learn_us_per_step * 1e-6
             stage = (None if args.learner == "real" else
@@ -199,7 +204,10 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
             "commit_latency_ms_p50": round(1000 * percentile(trainer.commit_s, 50), 3),
             "commit_latency_ms_p99": round(1000 * percentile(trainer.commit_s, 99), 3),
             "policy_lag_versions_mean": round(sum(lags) / max(len(lags), 1), 3),
-            "policy_lag_versions_max": max(lags, default=0)}
+            "policy_lag_versions_max": max(lags, default=0),
+            # the driver's wall seconds per block by loop phase, whole run (Flight.busy_s / idle_s)
+            "driver_busy_ms_per_block": {k: round(1000 * v / trainer.plan.num_blocks, 2) for k, v in trainer.busy_s.items()},
+            "driver_idle_ms_per_block": {k: round(1000 * v / trainer.plan.num_blocks, 2) for k, v in trainer.idle_s.items()}}
 
 
 def add_efficiency(records: List[Dict[str, Any]]) -> None:
@@ -287,6 +295,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     record = {"study": "cluster-scale", "date": started, "command": " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
               "git_commit": commit, "git_dirty": dirty, "machine": machine,
               "machine_load_end": os.getloadavg(), "env_id": env_id(args), "learner": args.learner,
+              "submits": "one by one" if args.one_by_one else "batched (one client.map per worker)",
               "learn_us_per_step": args.learn_us_per_step if args.learner == "simulated" else None,
               "records": records, "projection": proj}
     if args.out:

@@ -157,6 +157,10 @@ class ScaleTrainer(Trainer):
                            "cpu_s": {k: end["cpu_s"][k] - self._opened["cpu_s"][k] for k in end["cpu_s"]},
                            "workers_rss": rss_bytes(self.watch_pids["workers"])}
 
+    def _close(self, f):
+        self.busy_s, self.idle_s = dict(f.busy_s), dict(f.idle_s)    # the driver's seconds by loop phase
+        return super()._close(f)
+
     @property
     def driver_bytes_total(self) -> int:
         return self._driver_bytes_in() or 0

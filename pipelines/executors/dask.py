@@ -1,8 +1,10 @@
 """Dask executor: stages as tasks on a LocalCluster or an existing cluster.
 
-* Policy payloads are scattered once per version to every worker
-  (``broadcast=True``) and tasks receive the future, so a version is never
-  re-sent per task.
+* Policy payloads are scattered once per version to one worker and tasks
+  receive the future, so a version is never re-sent per task; other workers
+  fetch it from a worker that holds it.
+* A block's rollouts go in one batch (:meth:`DaskExecutor.submit_batch`):
+  one ``client.map`` per worker, not one ``client.submit`` per task.
 * Each actor is pinned to a worker (``workers=[...]``,
   ``allow_other_workers=True``) so its env state stays warm between tasks,
   and may move if that worker dies.
@@ -112,19 +114,60 @@ class DaskExecutor:
         return handle
 
     def broadcast(self, payload: Any):
-        return self.client.scatter(payload, broadcast=True, hash=False)
+        # To one worker, not every one: the driver sends the bytes once (not once per worker, each a
+        # round trip it waits for) and the actors' workers fetch them from each other on first use.
+        return self.client.scatter(payload, broadcast=False, hash=False)
 
     def submit(self, fn: Callable, *args: Any, key: str | None = None, actor: int | None = None, **kwargs: Any):
-        addrs = self._worker_addresses()
-        workers = None
-        if actor is not None:
-            workers = [addrs[actor % len(addrs)]] if addrs else None
-        elif self._stage_addrs and addrs:
-            workers = addrs          # any worker but the learner's, while there is one
+        workers = self._placement_of(actor)
         if self.task_wrapper is not None:
             fn = self.task_wrapper(fn)
         return self.client.submit(fn, *args, key=key, workers=workers, allow_other_workers=workers is not None,
                                   retries=self.retries, pure=False, **kwargs)
+
+    def submit_batch(self, fn: Callable, calls: Sequence[Any]) -> List[Any]:
+        """``fn`` over ``calls`` (:class:`pipelines.executors.common.BatchCall`): one ``client.map`` per worker.
+
+        Measured (2026-12-04, 2-core Zen 5): ``client.submit`` costs this process ~350 us of CPU per task,
+        ``client.map`` ~5-12 us (the scheduler builds the tasks): a block's 64 rollouts cost the driver
+        ~22 ms one by one. Calls pinned to one worker go in one map, with the same keys, retries and
+        pinning as :meth:`submit`; an :class:`~pipelines.executors.common.Earlier` argument (an actor's
+        previous task in the batch) becomes a future of that key, a dependency inside the same map.
+        """
+        from distributed import Future
+        from pipelines.executors.common import resolve_earlier
+        keys = [c.key for c in calls]
+        placed = [self._placement_of(c.actor) for c in calls]
+        refs = [Future(k, self.client) for k in keys]      # what Earlier(i) stands for
+        if self.task_wrapper is not None:
+            fn = self.task_wrapper(fn)
+        groups: Dict[Any, List[int]] = {}
+        for i, workers in enumerate(placed):
+            groups.setdefault(tuple(workers or ()), []).append(i)
+        for idx in groups.values():        # every group checked before any is submitted
+            own = set(idx)
+            for i in idx:
+                for ref in _earlier_indices(calls[i]):
+                    if ref not in own:
+                        raise ValueError(f"submit_batch: call {i} takes call {ref}'s future, placed elsewhere")
+        out: List[Any] = [None] * len(calls)
+        for workers, idx in groups.items():
+            futures = self.client.map(_apply, [fn] * len(idx), [resolve_earlier(calls[i].args, refs) for i in idx],
+                                      [resolve_earlier(calls[i].kwargs, refs) for i in idx],
+                                      key=[keys[i] for i in idx], workers=list(workers) or None,
+                                      allow_other_workers=bool(workers), retries=self.retries, pure=False)
+            for i, fut in zip(idx, futures):
+                out[i] = fut
+        return out
+
+    def _placement_of(self, actor: Optional[int]) -> Optional[List[str]]:
+        """``workers=`` of a task (see :meth:`submit`): the actor's worker, any but the learner's, or any."""
+        addrs = self._worker_addresses()
+        if actor is not None:
+            return [addrs[actor % len(addrs)]] if addrs else None
+        if self._stage_addrs and addrs:
+            return addrs          # any worker but the learner's, while there is one
+        return None
 
     def wait(self, futures: Sequence[Any], timeout: float | None = None) -> List[Any]:
         """The futures that are done (finished, failed or cancelled) after at most ``timeout`` s.
@@ -211,6 +254,28 @@ class DaskExecutor:
             pass
         finally:
             pool.shutdown(wait=False)
+
+
+def _apply(fn: Callable, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` on a worker: one item of :meth:`DaskExecutor.submit_batch`'s maps."""
+    return fn(*args, **kwargs)
+
+
+def _earlier_indices(call) -> List[int]:
+    from pipelines.executors.common import Earlier
+    found: List[int] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, Earlier):
+            found.append(v.index)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+    walk((call.args, call.kwargs))
+    return found
 
 
 def _silence_distributed_logs() -> None:

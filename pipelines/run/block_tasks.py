@@ -5,7 +5,8 @@ turns plan blocks into executor tasks and commits their shards (the driver's
 steps 1 and 2)::
 
     block b's version published -> one rollout task per (actor, task) of the block, each after
-                                   its actor's previous task, and one write task that takes
+                                   its actor's previous task, submitted as one batch (on Dask one
+                                   scheduler message per worker), and one write task that takes
                                    their futures (trajectories go worker -> writer)
     write of block c done, learner block c-1 done, evaluations up to c - STOP_DELAY decided
                                 -> commit shard s{c} (one log entry); account its rows and stats
@@ -25,6 +26,7 @@ import concurrent.futures
 import time
 from typing import Any, Dict, List
 
+from pipelines.executors.common import BatchCall, Earlier, submit_batch
 from pipelines.run import stages
 from pipelines.run.flight import Flight
 
@@ -45,23 +47,46 @@ class BlockTasks:
             if version is None:
                 break
             f.block_ref[b] = version
-            f.rollouts[b] = [self._submit_rollout(f, a, k, b) for a, k in f.plan.tasks(b)]
+            f.rollouts[b] = self._submit_block_rollouts(f, b)
             f.writes[b] = self._submit_write(b, f.rollouts[b])
             f.next_submit += 1
             submitted = True
         return submitted
 
-    def _submit_rollout(self, f: Flight, a: int, k: int, block: int, retry: int = 0):
+    def _submit_block_rollouts(self, f: Flight, block: int) -> List[Any]:
+        """The block's rollout tasks in one batch (``submit_batch``: one scheduler message per worker on Dask),
+        each after its actor's previous task; the same tasks, keys and arguments as ``_submit_rollout``."""
+        calls: List[BatchCall] = []
+        last: Dict[int, Any] = {}       # actor -> its previous task: a future, or Earlier(i) in this batch
+        for a, k in f.plan.tasks(block):
+            calls.append(BatchCall(args=self._rollout_args(f, a, k, block),
+                                   kwargs={"after": last.get(a, f.last_task.get(a)),
+                                           "capture_state": self._captures(f, k)},
+                                   key=f"rollout-{self.run_id}-a{a}-t{k}", actor=a))
+            last[a] = Earlier(len(calls) - 1)
+            self.loop.next_task[a] = k + 1
+        futures = submit_batch(self.executor, stages.run_rollout_task, calls)
+        for a, ref in last.items():
+            f.last_task[a] = futures[ref.index]
+        return futures
+
+    def _rollout_args(self, f: Flight, a: int, k: int, block: int) -> tuple:
         # Exploration follows the plan's env steps (block start), not the steps that happen to be done.
         explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
+        return (self.actor_specs[a], f.block_ref[block][0], k, self.cfg.actors.steps_per_task, explore)
+
+    @staticmethod
+    def _captures(f: Flight, k: int) -> bool:
+        """An actor's last task of the block returns its env state, stored in the block's shard (resume)."""
+        return k % f.plan.tasks_per_block == f.plan.tasks_per_block - 1
+
+    def _submit_rollout(self, f: Flight, a: int, k: int, block: int, retry: int = 0):
         after = {} if retry else {"after": f.last_task.get(a)}   # an actor's tasks run in order
         stored = getattr(self, "stored_states", {}).get(a)
         if retry and stored is not None and stored.task == k:     # resume: the actor's first task again
             after = {"after": stored}
-        # An actor's last task of the block returns its env state, stored in the block's shard (resume).
-        capture = k % f.plan.tasks_per_block == f.plan.tasks_per_block - 1
-        fut = self.executor.submit(stages.run_rollout_task, self.actor_specs[a], f.block_ref[block][0], k,
-                                   self.cfg.actors.steps_per_task, explore, **after, capture_state=capture,
+        fut = self.executor.submit(stages.run_rollout_task, *self._rollout_args(f, a, k, block), **after,
+                                   capture_state=self._captures(f, k),
                                    key=f"rollout-{self.run_id}-a{a}-t{k}" + (f"-r{retry}" if retry else ""),
                                    actor=a)
         if not retry:

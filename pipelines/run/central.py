@@ -332,6 +332,9 @@ class CentralTrainer(Trainer):
         self.executor.writer.shutdown(wait=True)
 
     # -- the plan's rollout tasks, played by the server -------------------------------------------
+    def _submit_block_rollouts(self, f, block: int) -> List[Any]:
+        return [self._submit_rollout(f, a, k, block) for a, k in f.plan.tasks(block)]   # grants, not tasks
+
     def _submit_rollout(self, f, a: int, k: int, block: int, retry: int = 0):
         # Exploration follows the plan's env steps (block start), as for a local rollout task.
         explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)

@@ -1,0 +1,42 @@
+"""core.metrics writes a record's scalars as one raw summary: TensorBoard must read exactly what
+``tf.summary.scalar`` wrote value by value (same steps, tags, plugin, dtype, shape and values)."""
+import glob
+
+
+def _events(directory):
+    import tensorflow as tf
+    from tensorflow.core.util import event_pb2
+    out = []
+    for path in sorted(glob.glob(f"{directory}/events.out.tfevents.*")):
+        for raw in tf.data.TFRecordDataset(path):
+            event = event_pb2.Event.FromString(raw.numpy())
+            for v in event.summary.value:
+                out.append((event.step, v.tag, v.metadata.plugin_data.plugin_name, v.metadata.data_class,
+                            tf.dtypes.as_dtype(v.tensor.dtype).name, tuple(tf.make_ndarray(v.tensor).shape),
+                            tf.make_ndarray(v.tensor).tobytes()))
+    return out
+
+
+RECORDS = [(0, {"rows": 4096, "write_s": 0.1, "loss": 1e-30, "big": 3.4e38, "neg": -2.5, "ok": True, "name": "s"}),
+           (7, {"rows": 8192, "write_s": 1 / 3, "inf": float("inf")}),
+           (2 ** 31 + 5, {"rows": 0, "frac": 0.7})]
+
+
+def test_one_raw_summary_per_record_reads_back_as_tf_summary_scalar_values(tmp_path):
+    import tensorflow as tf
+    from core.metrics import MetricsLogger
+    log = MetricsLogger(str(tmp_path / "new"))
+    for step, values in RECORDS:
+        log.write("commit", step=step, **values)
+    log.close()
+    writer = tf.summary.create_file_writer(str(tmp_path / "old"))     # the way it was written before
+    for step, values in RECORDS:
+        with writer.as_default(step=step):
+            for k, v in values.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    tf.summary.scalar(f"commit/{k}", float(v))
+    writer.close()
+    new, old = _events(tmp_path / "new" / "tb"), _events(tmp_path / "old")
+    assert len(new) == 10 and new == old
+    assert [(s, t) for s, t, *_ in new][:3] == [(0, "commit/rows"), (0, "commit/write_s"), (0, "commit/loss")]
+    assert new[0][2:6] == ("scalars", 0, "float32", ())       # data_class unset, as tf.summary.scalar
