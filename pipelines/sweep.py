@@ -42,7 +42,8 @@ executors:
   local   up to --workers runs at once as child processes (default: one per core)
   dask    each run a task on an embedded LocalCluster (--workers workers, 1 thread each) or on the
           cluster at --dask-address (workers need DataBloom installed and SWEEP_DIR on a shared filesystem)
-  beam    not available yet (a Beam pipeline whose elements are runs is planned)
+  beam    one Beam pipeline whose elements are runs (DirectRunner, --workers processes); every run is
+          started at once and Beam decides how many run together; outcomes are recorded when the job ends
 
 stop and resume:
   SIGTERM or Ctrl-C: no new run starts; each running run checkpoints at its next learner block end and
@@ -63,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a grid axis: every value is a setting, axes combine (repeatable)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key in every run (repeatable; after the spec file's set)")
-    p.add_argument("--executor", choices=["local", "dask"], default="local",
-                   help="where runs run: 'local' child processes (default) or 'dask' tasks (beam: not yet)")
+    p.add_argument("--executor", choices=["local", "dask", "beam"], default="local",
+                   help="where runs run: 'local' child processes (default), 'dask' tasks or 'beam' elements")
     p.add_argument("--dask-address", metavar="tcp://HOST:PORT",
                    help="with --executor dask: use this cluster instead of an embedded LocalCluster")
     p.add_argument("--workers", type=int, metavar="N",
@@ -125,6 +126,9 @@ def _backend(args):
     if args.executor == "dask":
         from pipelines.sweeps.dask_runner import DaskBackend
         return DaskBackend(args.dask_address, workers)
+    if args.executor == "beam":
+        from pipelines.sweeps.beam_runner import BeamBackend
+        return BeamBackend(workers)
     from pipelines.sweeps.launch import LocalBackend
     return LocalBackend(workers)
 

@@ -11,10 +11,9 @@ One concept per module::
 * :mod:`pipelines.sweeps.record`: the sweep directory and its JSON records;
 * :mod:`pipelines.sweeps.launch`: a run's command and environment, the local backend (processes);
 * :mod:`pipelines.sweeps.dask_runner`: the Dask backend (a run per task, embedded cluster or address);
+* :mod:`pipelines.sweeps.beam_runner`: the Beam backend (one pipeline whose elements are runs);
 * :mod:`pipelines.sweeps.runner`: the driver loop: resume decisions, outcomes, stop, progress;
 * :mod:`pipelines.sweeps.report`: the sweep's report (IQM, bootstrap CIs, probability of improvement).
-
-A Beam backend (a pipeline whose elements are runs) is not built yet.
 
 Example::
 
