@@ -19,6 +19,7 @@ Example::
 
     python benchmarks/micro/sweep_speedup.py                       # 8 runs, workers 1 2 4, Dask
     python benchmarks/micro/sweep_speedup.py --runs 4 --workers 1 2 --local --steps 2048
+    python benchmarks/micro/sweep_speedup.py --runs 4 --workers 1 --repeats 2   # ABBA on a loaded machine
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ import sys
 import tempfile
 import time
 from typing import Dict, List
+
+import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = {**os.environ, "PYTHONPATH": REPO}
@@ -79,30 +82,37 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=4096, help="env steps per run (default 4096)")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4], help="sweep worker counts (default 1 2 4)")
     p.add_argument("--local", action="store_true", help="sweeps with --executor local instead of dask")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds of every case, the order reversed every other round (ABBA), medians reported")
     args = p.parse_args(argv)
     executor = "local" if args.local else "dask"
-    rows = []
+    cases = [0, *args.workers]                   # 0: one at a time
+    walls: Dict[int, List[float]] = {c: [] for c in cases}
+    runs: Dict[int, List[float]] = {c: [] for c in cases}
     with tempfile.TemporaryDirectory(prefix="sweep-speedup-") as tmp:
-        base = serial(args.runs, args.steps, os.path.join(tmp, "serial"))
-        print(f"one at a time: {base['wall_s']:.1f} s ({base['mean_run_s']:.1f} s per run)", flush=True)
-        for w in args.workers:
-            r = sweep(args.runs, args.steps, w, os.path.join(tmp, f"sweep{w}"), executor)
-            rows.append((w, r))
-            print(f"sweep, {w} worker(s): {r['wall_s']:.1f} s", flush=True)
-    print(f"\n| case ({args.runs} runs of {args.steps:,} env steps) | wall s | speed-up vs one at a time | "
-          "mean run s |")
+        for rep in range(args.repeats):
+            for c in (cases if rep % 2 == 0 else cases[::-1]):
+                root = os.path.join(tmp, f"r{rep}-{c}")
+                r = serial(args.runs, args.steps, root) if c == 0 else sweep(args.runs, args.steps, c, root, executor)
+                walls[c].append(r["wall_s"])
+                runs[c].append(r["mean_run_s"])
+                print(f"round {rep}: {'one at a time' if c == 0 else f'sweep, {c} worker(s)'}: "
+                      f"{r['wall_s']:.1f} s ({r['mean_run_s']:.1f} s per run)", flush=True)
+    med = {c: float(np.median(walls[c])) for c in cases}
+    run_med = {c: float(np.median(runs[c])) for c in cases}
+    print(f"\n| case ({args.runs} runs of {args.steps:,} env steps, median of {args.repeats}) | wall s | "
+          "speed-up vs one at a time | mean run s |")
     print("|---|---|---|---|")
-    print(f"| one at a time | {base['wall_s']:.1f} | 1.00x | {base['mean_run_s']:.1f} |")
-    for w, r in rows:
-        print(f"| sweep, {executor}, {w} worker(s) | {r['wall_s']:.1f} | {base['wall_s'] / r['wall_s']:.2f}x "
-              f"| {r['mean_run_s']:.1f} |")
-    one = dict(rows).get(1)
-    if one:
-        per_run = (one["wall_s"] - base["wall_s"]) / args.runs
-        print(f"\nsweep overhead per run (1 worker vs one at a time): {per_run:+.2f} s, "
-              f"{100 * per_run / base['mean_run_s']:+.1f}% of a run's {base['mean_run_s']:.1f} s")
+    for c in cases:
+        label = "one at a time" if c == 0 else f"sweep, {executor}, {c} worker(s)"
+        print(f"| {label} | {med[c]:.1f} | {med[0] / med[c]:.2f}x | {run_med[c]:.1f} |")
+    if 1 in walls:
+        per_run = [(s1 - s0) / args.runs for s0, s1 in zip(walls[0], walls[1])]     # paired, round by round
+        share = [100 * d / m for d, m in zip(per_run, runs[0])]
+        print(f"\nsweep overhead per run (1 worker vs one at a time, per round): "
+              + ", ".join(f"{d:+.2f} s ({x:+.1f}%)" for d, x in zip(per_run, share))
+              + f"; median {float(np.median(per_run)):+.2f} s ({float(np.median(share)):+.1f}% of a run)")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
