@@ -246,7 +246,8 @@ def commit_block(state: Dict[str, Any], block: int, info: Optional[Dict[str, Any
         cfg = run.cfg
         store = ReplayStore.open(run.store_url, **cfg.replay.writer_options())
         log_version = stages.commit_stage(store, [done["commit"]["shard_id"]],
-                                          meta={"policy_version": done["commit"]["version"], "block": block},
+                                          meta={"policy_version": done["commit"]["version"], "block": block,
+                                                "episodes": done["commit"].get("episodes", 0)},   # the driver's
                                           retention_transitions=cfg.replay.retention_transitions)
         if log_version % 100 == 0:    # the driver's occasional GC
             stages.gc_stage(store, cfg.replay.gc_grace_s)

@@ -21,6 +21,11 @@ first round: the runner's default start-up and the cost model's estimate);
 whatever its length (:mod:`pipelines.beam.graph`), so no round is too large
 to submit.
 
+Planned stop: SIGTERM or Ctrl-C (SIGINT) while rounds run lets the current round finish, logs
+``stopped`` and raises KeyboardInterrupt (the CLI's one line, exit 130); ``--resume`` then continues
+from the next block, bit-identically. A second signal raises KeyboardInterrupt at once: the round in
+flight is lost as a crash loses it (its finished blocks' records stay, so --resume redoes none of them).
+
 Resume: the rounds' records say which blocks are done; every block's
 learner state, actor states and stage records are durable (pipelines.beam.blocks),
 so ``--resume`` (or a re-run after a crash) continues exactly where the last
@@ -33,8 +38,11 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import signal
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -50,6 +58,28 @@ from pipelines.run import setup as run_setup
 from pipelines.run.plan import TrainingPlan
 
 _ROUND_FILE = re.compile(r"^r(\d{6})\.json$")
+
+
+@contextlib.contextmanager
+def stop_after_round():
+    """SIGTERM and SIGINT set the yielded request (a list: the signal names); a second one raises
+    KeyboardInterrupt at once. Main thread only (elsewhere no handler can be installed: never set)."""
+    request: List[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+
+    def handler(signum, frame) -> None:
+        request.append(signal.Signals(signum).name)
+        if len(request) > 1:
+            raise KeyboardInterrupt(request[-1])
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield request
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 class RoundLauncher:
@@ -136,20 +166,35 @@ class RoundLauncher:
         self.lags: List[Tuple[int, float]] = []
         self.recent: List[float] = []
         bar = self._progress_bar()
-        while not self._done():
-            r, first = self.next_round, self.next_block
-            last = min(first + self._round_blocks(), self.plan.num_blocks) - 1
-            t0 = time.time()
-            beam_executor.run_pipeline(lambda p: build_block_round(p, self.run_spec, r, first, last), self.options)
-            record = self._read(round_path(self.run_dir, r), f"round {r}")
-            self._account(record, time.time() - t0)
-            self.next_round, self.next_block = r + 1, record["last_block"] + 1
-            if bar is not None:
-                bar.update(last - first + 1)
-                bar.set_postfix(self._postfix(start), refresh=False)
+        with stop_after_round() as stop:
+            while not self._done():
+                r, first = self.next_round, self.next_block
+                last = min(first + self._round_blocks(), self.plan.num_blocks) - 1
+                t0 = time.time()
+                beam_executor.run_pipeline(lambda p: build_block_round(p, self.run_spec, r, first, last),
+                                           self.options)
+                record = self._read(round_path(self.run_dir, r), f"round {r}")
+                self._account(record, time.time() - t0)
+                self.next_round, self.next_block = r + 1, record["last_block"] + 1
+                if bar is not None:
+                    bar.update(last - first + 1)
+                    bar.set_postfix(self._postfix(start), refresh=False)
+                if stop and not self._done():
+                    self._stop(stop[0], bar)
         if bar is not None:
             bar.close()
         return self._finish(start)
+
+    def _stop(self, signal_name: str, bar) -> None:
+        """The planned stop after a round (module docstring): ``stopped`` logged, KeyboardInterrupt."""
+        from pipelines.run.energy import stop_run_tracker
+        if bar is not None:
+            bar.close()
+        self.log.write("stopped", step=self.loop.env_steps, signal=signal_name, learner_steps=self.learner_steps,
+                       block=self.next_block)
+        self.log.close()
+        stop_run_tracker(self.energy)
+        raise KeyboardInterrupt(signal_name)
 
     def _round_blocks(self) -> int:
         """The next round's blocks: ``--blocks_per_round``, else the start-up rule on the blocks left."""
@@ -180,23 +225,29 @@ class RoundLauncher:
         self.recent = (self.recent + commit["returns_tail"])[-20:]
         lag_sum, lag_n = record["lag_versions"]
         self.lags += [(lag_sum / lag_n, 0.0)] * lag_n if lag_n else []
-        if commit["shards"]:
-            self.log.write("commit", step=self.loop.env_steps, log_version=commit["log_version"],
-                           shards=commit["shards"], rows=commit["rows"], bytes=commit["bytes"],
-                           write_s=commit["write_s"])
-        if record["published"]:
-            p = record["published"]
-            self.log.write("broadcast", step=self.learner_steps, version=p["version"],
-                           payload_bytes=p["payload_bytes"], convert_seconds=p["convert_seconds"],
-                           precision=p["precision"], versions_this_round=record["versions_published"])
-        if record["loss"] is not None:
-            self.log.write("learner", step=self.learner_steps, loss=record["loss"])
+        for block in record.get("blocks") or []:      # per block, as the driver logs them
+            self._log_block(block)
         self._measure(record, pipeline_s)
         self.log.write("round", step=self.loop.env_steps, round=record["round"], first_block=record["first_block"],
                        last_block=record["last_block"], pipeline_s=pipeline_s, learn_s=record["learn_s"],
                        work_s=record.get("work_s"), learner_fixed_s=record.get("learner_fixed_s"),
                        startup_s=round(self.startup_s, 3), block_s=round(self.block_s, 4),
                        learner_steps=self.learner_steps, learner_workers=record["learner_workers"])
+
+    def _log_block(self, block: Dict[str, Any]) -> None:
+        """A block's ``commit`` record (the driver's fields), its learner's records, its ``broadcast``."""
+        c = block["commit"]
+        if c:
+            self.log.write("commit", step=block["env_steps"], log_version=c["log_version"], shards=1,
+                           rows=c["rows"], bytes=c["bytes"], block=block["block"], write_s=c["write_s"],
+                           episodes=c["episodes"], return_sum=c["return_sum"])
+        for kind, step, fields in block["records"]:
+            self.log.write(kind, step=step, **fields)
+        p = block["published"]
+        if p:
+            self.log.write("broadcast", step=block["learner_steps"], version=p["version"],
+                           payload_bytes=p["payload_bytes"], convert_seconds=p["convert_seconds"],
+                           precision=p["precision"])
 
     # -- end of run ------------------------------------------------------------------------------
     def _finish(self, start: float) -> Dict[str, Any]:

@@ -107,4 +107,16 @@ def round_digest(round_index: int, blocks: List[Dict[str, Any]], done: bool) -> 
             "published": published[-1] if published else None, "versions_published": len(published),
             "loss": round(losses[-1], 5) if losses else None,
             "learn_s": round(sum(s.get("learn_s") or 0.0 for s in blocks), 3),
-            "learner_workers": sorted({s["worker"] for s in blocks if s.get("worker")})}
+            "learner_workers": sorted({s["worker"] for s in blocks if s.get("worker")}),
+            "blocks": [block_digest(s) for s in blocks]}
+
+
+def block_digest(state: Dict[str, Any]) -> Dict[str, Any]:
+    """What the launcher logs per block, as the driver does (commit, learner and broadcast records)."""
+    c = state.get("commit")
+    commit = None if not c else {"log_version": c["log_version"], "rows": c["rows"], "bytes": c["nbytes"],
+                                 "write_s": c.get("write_s"), "episodes": c.get("episodes", 0),
+                                 "return_sum": c.get("return_sum", 0.0)}
+    return {"block": state["block"], "env_steps": state["loop"]["env_steps"], "commit": commit,
+            "learner_steps": state.get("learner_steps"),
+            "records": state.get("records") or [], "published": state.get("published")}
