@@ -1,8 +1,8 @@
 """Sweep speed-up: N short default runs one at a time against ``python -m pipelines.sweep`` with 1, 2, 4 workers.
 
 All in one invocation, side by side, so every number shares the machine's state. Each run is the default
-config with a short budget (``--steps`` env steps, no early stop), ``--executor local`` and one TensorFlow
-thread, in both cases:
+config with a short budget (``--steps`` env steps, no early stop), ``--executor local``, one TensorFlow
+thread and the sweep's run environment (:func:`pipelines.sweeps.launch.run_env`), in both cases:
 
 * **one at a time**: ``python -m pipelines.train --config configs/default.yaml --seed S --set ...
   --run-dir ... --executor local --no-progress`` for seeds ``0..N-1``, each after the last ended;
@@ -35,7 +35,14 @@ from typing import Dict, List
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = {**os.environ, "PYTHONPATH": REPO}
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from pipelines.sweeps.launch import run_env  # noqa: E402 - after the path
+
+#: the environment of a sweep's run (single-threaded BLAS/OpenMP) for the runs one at a time too: the cases
+#: differ only in who starts the run (without it, 2 BLAS threads per run on a loaded machine made the
+#: runs alone slower than the sweep's: 28-32 s against 18 s, 2026-12-05)
+ENV = run_env()
 
 
 def settings(steps: int) -> List[str]:
