@@ -1,15 +1,17 @@
 """The Dask backend of a sweep: each run is one task, and the task runs the run's ``pipelines.train`` process.
 
-On an embedded ``LocalCluster`` (``n_workers=--workers``, ``threads_per_worker=1``, so one run per
-worker process at a time) or on an existing cluster (``--dask-address``; each worker needs DataBloom
-installed and the sweep directory on a shared filesystem, since the run writes its directory and log
-there). The task (:func:`run_in_worker`) starts the process with the worker's own Python, waits for it,
-and returns its exit status. A stop is a ``distributed.Event`` the tasks watch: once it is set, each
-task sends its run SIGTERM (again every 2 s until the run exits: the embedded cluster's workers start with
-SIGTERM ignored, as :mod:`pipelines.executors.dask`'s do, so a run ignores it until its driver loop
-installs the planned-stop handler) and returns the run's status (130 after a planned stop). Tasks have
-no retries: a run whose worker was lost is recorded as failed with that one line, and ``--resume``
-continues it from its checkpoint.
+On an embedded ``LocalCluster`` (``n_workers=--workers`` worker threads in the sweep's own process,
+``threads_per_worker=1``, so one run per worker at a time: a task only starts a process and waits on
+it, so worker processes would add only their start-up, 1.5-6 s, and their nannies' environment) or on an
+existing cluster (``--dask-address``; each worker needs DataBloom installed and the sweep directory on a
+shared filesystem, since the run writes its directory and log there). The task (:func:`run_in_worker`)
+starts the process with the worker's own Python, in a session of its own, waits for it, and returns its
+exit status. A stop is a ``distributed.Event`` the tasks watch: once it is set, each task sends its run
+SIGTERM (again every 2 s until the run exits, for workers that start their children with SIGTERM
+ignored, as :mod:`pipelines.executors.dask`'s do) and returns the run's status (130 after a planned
+stop; a run stopped before its handler is installed ends by the signal and is recorded ``stopped`` too).
+Tasks have no retries: a run whose worker was lost is recorded as failed with that one line, and
+``--resume`` continues it from its checkpoint.
 
 Example::
 
@@ -29,7 +31,6 @@ import time
 import uuid
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from pipelines.executors.dask import workers_ignore_stop_signals
 from pipelines.sweeps.launch import open_log, run_env, train_command
 
 
@@ -55,7 +56,8 @@ def run_in_worker(args: Sequence[str], log_path: str, stop_event: str, program: 
     stop = Event(stop_event)
     with open_log(log_path, args) as log:
         proc = subprocess.Popen(train_command(args, program), stdout=log, stderr=subprocess.STDOUT,
-                                env=run_env(drop=nanny_spawn_variables()), stdin=subprocess.DEVNULL)
+                                env=run_env(drop=nanny_spawn_variables()), stdin=subprocess.DEVNULL,
+                                start_new_session=True)     # a terminal's Ctrl-C reaches the sweep, not the run
         last_term = None
         while proc.poll() is None:
             try:
@@ -80,9 +82,10 @@ class DaskBackend:
         if address:
             self.client = Client(address, timeout="20s")
         else:
-            with workers_ignore_stop_signals():
-                self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
-                                             dashboard_address=None, silence_logs=logging.ERROR)
+            # workers in this process: a task only starts its run's process and waits on it, so worker
+            # processes and their nannies bought nothing and cost 1.5-6 s at start and 0.4-0.9 s at close
+            self._cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=False,
+                                         dashboard_address=None, silence_logs=logging.ERROR)
             self.client = Client(self._cluster)
         self.client.wait_for_workers(1, timeout=60)
         self._event_name = f"databloom-sweep-stop-{uuid.uuid4().hex}"
