@@ -23,6 +23,7 @@ Example::
     python benchmarks/micro/learner_speed.py                       # both networks, 1 thread, 3 rounds
     python benchmarks/micro/learner_speed.py --threads 1,2 --rounds 5 --json benchmarks/results/learner-speed.json
     python benchmarks/micro/learner_speed.py --networks default --paths keras,fused --seconds 2
+    python benchmarks/micro/learner_speed.py --networks default --paths fused,fused+xla --hidden 8,8   # dispatch alone
 """
 from __future__ import annotations
 
@@ -88,6 +89,8 @@ def worker(args) -> Dict:
     out: Dict = {}
     for net in args.networks:
         cfg = load_config(os.path.join(REPO, NETWORKS[net]))
+        if args.hidden:    # another width (e.g. 8,8: the step's op dispatch with next to no arithmetic)
+            cfg.agent = dataclasses.replace(cfg.agent, hidden=[int(h) for h in args.hidden.split(",")])
         spec = env_spec(cfg.env.id)
         k = args.k or (cfg.learner.steps_per_call if net == "default" else 2)
         batches = synthetic_batches(spec, k, cfg.agent.batch_size)
@@ -129,14 +132,16 @@ def main(argv: List[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     p.add_argument("--seconds", type=float, default=3.0, help="seconds per path per round (default 3)")
     p.add_argument("--k", type=int, default=0, help="steps per call (default: steps_per_call; 2 for actorq)")
+    p.add_argument("--hidden", default="", help="comma list of hidden widths replacing each network's (default: its own)")
     p.add_argument("--json", help="also write the record here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.networks, args.paths = args.networks.split(","), args.paths.split(",")
-    bad = [n for n in args.networks if n not in NETWORKS] + [x for x in args.paths if x not in PATHS]
+    bad = [n for n in args.networks if n not in NETWORKS] + [x for x in args.paths if x not in PATHS] + \
+        [h for h in args.hidden.split(",") if args.hidden and not (h.isdigit() and int(h) >= 1)]
     if bad or args.rounds < 1 or args.seconds <= 0 or args.k < 0:
         p.error(f"invalid {bad or 'number'}; valid: networks {', '.join(NETWORKS)}; paths {', '.join(PATHS)}; "
-                "--rounds >= 1, --seconds > 0, --k >= 0")
+                "--rounds >= 1, --seconds > 0, --k >= 0, --hidden widths >= 1")
     if args.worker:
         args.threads = int(args.threads)
         print(json.dumps(worker(args)))
@@ -147,7 +152,7 @@ def main(argv: List[str] | None = None) -> int:
     for n in threads:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(n), "--networks",
                ",".join(args.networks), "--paths", ",".join(args.paths), "--rounds", str(args.rounds),
-               "--seconds", str(args.seconds), "--k", str(args.k)]
+               "--seconds", str(args.seconds), "--k", str(args.k), "--hidden", args.hidden]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         if proc.returncode != 0:
