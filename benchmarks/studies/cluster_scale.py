@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=os.path.join(RESULTS, "cluster-scale.png"),
                    help="PNG of steps/s, efficiency and central CPU against N (default "
                         "benchmarks/results/cluster-scale.png; '' = none)")
+    p.add_argument("--policy-lag", type=int, default=1,
+                   help="actors.policy_lag: blocks that run ahead of the learner (default 1, the product's)")
     p.add_argument("--one-by-one", action="store_true",
                    help="submit a block's rollouts one client.submit each (the driver before batched submits), "
                         "not one client.map per worker: the before/after of the fix")
@@ -144,7 +146,7 @@ def run_config(args, n: int, total_env_steps: int):
             f"actors.steps_per_task={args.steps_per_task}", f"replay.shard_max_rows={args.block_rows}",
             f"replay.min_size={args.block_rows}", f"total_env_steps={total_env_steps}", "executor=dask",
             f"eval.every_env_steps={big}", "eval.episodes=1", "eval.confirm_episodes=0",
-            "eval.stop_at_target=false", "actors.stall_timeout_s=600"]
+            "eval.stop_at_target=false", "actors.stall_timeout_s=600", f"actors.policy_lag={args.policy_lag}"]
     if args.learner == "simulated":   # the stand-in's learner never steps: its checkpoints would repeat step 0
         sets.append(f"checkpoint.every_steps={big}")
     if args.obs != "4-float32":       # a wide input: a small torso keeps the int8 policy (actors' CPU) small
@@ -294,7 +296,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     commit, dirty = git_state()
     record = {"study": "cluster-scale", "date": started, "command": " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
               "git_commit": commit, "git_dirty": dirty, "machine": machine,
-              "machine_load_end": os.getloadavg(), "env_id": env_id(args), "learner": args.learner,
+              "machine_load_end": os.getloadavg(), "env_id": env_id(args), "learner": args.learner, "policy_lag": args.policy_lag,
               "submits": "one by one" if args.one_by_one else "batched (one client.map per worker)",
               "learn_us_per_step": args.learn_us_per_step if args.learner == "simulated" else None,
               "records": records, "projection": proj}
