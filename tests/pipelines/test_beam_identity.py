@@ -118,6 +118,24 @@ def test_a_prioritized_replay_run_across_rounds_is_bit_identical_to_the_local_ru
     _assert_same_run((local, local_dir), (beam, beam_dir), "R2D2 local vs beam (one block per round)")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_r2d2_in_rounds_of_two_blocks_is_bit_identical_to_the_local_run(tmp_path):
+    """R2D2, 3 blocks in rounds [0, 1] and [2]: within round 0 the sampler's priorities stay in the learner's
+    memory from block 0 to block 1; round 1's new worker takes them back from ``beam/learner``; parameters,
+    shards, episodes and every counter are the local run's."""
+    from core.config import load_config
+    from pipelines.train import train
+    from test_resume_identity import R2D2_CONFIG, R2D2_SETTINGS
+    settings = [*R2D2_SETTINGS, "total_env_steps=3072", "replay.min_size=1000"]
+    local_dir, beam_dir = str(tmp_path / "local"), str(tmp_path / "beam")
+    local = train(load_config(R2D2_CONFIG, overrides=["executor=local", *settings]), local_dir, progress=False)
+    beam = train(load_config(R2D2_CONFIG, overrides=["executor=beam", *settings]), beam_dir, progress=False,
+                 pipeline_args=[*DIRECT, "--blocks_per_round", "2"])
+    assert _rounds(beam_dir) == [[0, 1], [2]]
+    _assert_same_run((local, local_dir), (beam, beam_dir), "R2D2 local vs beam (rounds of two blocks)")
+
+
 #: A 16-block run small enough to run at every round size: blocks of 2 actors x 4 envs x 16 steps = 128 rows.
 TINY = ["total_env_steps=2048", "env.num_envs=4", "agent.hidden=[16]", "actors.num_actors=2",
         "actors.steps_per_task=16", "replay.min_size=64", "replay.shard_max_rows=128", "learner.replay_ratio=0.5",
