@@ -40,7 +40,7 @@ sweep directory:
 
 executors:
   local   up to --workers runs at once as child processes (default: one per core)
-  dask    each run a task on an embedded LocalCluster (--workers workers, 1 thread each) or on the
+  dask    each run a task on an embedded LocalCluster (--workers worker threads in this process) or on the
           cluster at --dask-address (workers need DataBloom installed and SWEEP_DIR on a shared filesystem)
   beam    one Beam pipeline whose elements are runs (DirectRunner, --workers processes); every run is
           started at once and Beam decides how many run together; outcomes are recorded when the job ends
