@@ -66,9 +66,21 @@ def _owner_text(info: Dict[str, Any]) -> str:
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}{when}"
 
 
-def _in_use(url: str, info: Dict[str, Any]) -> RunDirInUse:
-    return RunDirInUse(f"run directory {url} is in use by another trainer ({_owner_text(info)}); "
-                       "valid: wait for it to finish, or another --run-dir")
+def _in_use(url: str, info: Dict[str, Any], expires_in: Optional[float] = None) -> RunDirInUse:
+    """The refusal; with ``expires_in`` (object-store leases), when a dead holder's lease lapses and how to
+    take it sooner (delete the lease object, only when that trainer is known to be dead)."""
+    if expires_in is None:
+        return RunDirInUse(f"run directory {url} is in use by another trainer ({_owner_text(info)}); "
+                           "valid: wait for it to finish, or another --run-dir")
+    return RunDirInUse(f"run directory {url} is in use by another trainer ({_owner_text(info)}); if it is no "
+                       f"longer running, its lease expires in {max(expires_in, 0.0):.0f} s (no heartbeat since "
+                       f"{_ago(info)}); valid: wait for it to finish, retry after the lease expires, delete "
+                       f"{urls.join(url, LOCK_NAME)} if that trainer is certainly dead, or another --run-dir")
+
+
+def _ago(info: Dict[str, Any]) -> str:
+    beat = info.get("heartbeat")
+    return time.strftime("%H:%M:%S UTC", time.gmtime(beat)) if isinstance(beat, (int, float)) else "?"
 
 
 def _unusable(url: str, e: OSError) -> urls.LocationError:
@@ -265,7 +277,7 @@ class _Lease:
         except (ValueError, KeyError, TypeError):
             held, age, timeout = {}, float("inf"), 0.0   # unreadable lease: nobody can be renewing it
         if age <= timeout:
-            raise _in_use(self.url, held)
+            raise _in_use(self.url, held, expires_in=timeout - age)
         self.generation = self.store.replace(self._payload(), generation)
         if self.generation is None:   # another acquirer took the stale lease first
             raise _in_use(self.url, json.loads((self.store.read() or (b"{}", b""))[0]))

@@ -291,8 +291,13 @@ def s3_url(monkeypatch):
 def test_s3_lease_refuses_takes_over_when_stale_and_never_deletes_a_successor(s3_url):
     clock = Clock()
     first = RunLock(s3_url, timeout_s=10.0, heartbeat_s=0, clock=clock).acquire()
-    with pytest.raises(RunDirInUse, match=f"run directory {s3_url} is in use by another trainer"):
+    clock.t += 4.0
+    with pytest.raises(RunDirInUse, match=f"run directory {s3_url} is in use by another trainer") as err:
         RunLock(s3_url, heartbeat_s=0, clock=clock).acquire()
+    # a crashed holder's lease: when it lapses (10 s timeout, 4 s since its heartbeat) and how to take it sooner
+    assert "its lease expires in 6 s" in str(err.value), str(err.value)
+    assert f"delete {s3_url}/run.lock if that trainer is certainly dead" in str(err.value)
+    assert "\n" not in str(err.value)
     clock.t += 11.0
     second = RunLock(s3_url, timeout_s=10.0, heartbeat_s=0, clock=clock).acquire()
     assert first._impl.store.replace(b"late heartbeat", first._impl.generation) is None   # If-Match refused
