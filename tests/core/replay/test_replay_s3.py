@@ -272,3 +272,17 @@ def test_concurrent_processes_commit_each_shard_exactly_once_on_s3(s3_bucket, s3
     # the PUT itself (both committers' HEADs had found the entry missing).
     assert any(status == 412 for *_, status in requests), "no commit conflicted: the test did not race"
     assert any(status == 412 for _, status in puts), "no conditional PUT was refused: the test did not race"
+
+
+def test_environment_credentials_skip_the_sdk_chains_file_lookups(monkeypatch):
+    """Keys in the environment: tensorstore is told to use them alone (no ~/.aws/config lookups, whose
+    absence the AWS SDK logs as errors); without them, its default chain (profiles, roles) stays."""
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    assert "aws_credentials" not in urls.kvstore_spec("s3://bucket/run")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    assert "aws_credentials" not in urls.kvstore_spec("s3://bucket/run")     # half a key pair: the chain
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    assert urls.kvstore_spec("s3://bucket/run")["aws_credentials"] == {"type": "environment"}
+    assert "aws_credentials" not in urls.kvstore_spec("gs://bucket/run")
+
