@@ -244,10 +244,17 @@ def _probe_problem(scheme: str, url: str, error: BaseException) -> str:
 
 
 def resolve(url: str) -> Tuple[fsspec.AbstractFileSystem, str]:
-    """fsspec filesystem and the path inside it for ``url``."""
+    """fsspec filesystem and the path inside it for ``url``.
+
+    Object stores get no listings cache: s3fs/gcsfs otherwise keep every folder listing for the
+    life of the process and answer ``exists``/``info`` (and s3fs's size probe before a read) from
+    it, so an object written after a listing (a commit-log entry, by this process or another)
+    looked absent for good.
+    """
     url = normalize(url)
+    options = {"use_listings_cache": False} if scheme_of(url) in ("s3", "gs", "gcs") else {}
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as e:  # e.g. gcsfs not installed
         raise LocationError(f"cannot open {url!r}: {e}") from None
     return fs, path

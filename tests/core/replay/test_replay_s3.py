@@ -286,3 +286,21 @@ def test_environment_credentials_skip_the_sdk_chains_file_lookups(monkeypatch):
     assert urls.kvstore_spec("s3://bucket/run")["aws_credentials"] == {"type": "environment"}
     assert "aws_credentials" not in urls.kvstore_spec("gs://bucket/run")
 
+
+
+def test_a_log_reopened_with_entries_sees_its_own_later_commits_on_s3(s3_bucket):
+    """A resumed trainer opens a log that already has entries: its first read lists the log folder, and
+    s3fs kept that listing (its directory cache), so every later entry looked absent to this process (a
+    size probe before each read answers from the cache): its commits after the first all "conflicted"
+    with the entry it had just made ("could not commit ... after 10000 conflicting attempts")."""
+    from core.replay.commit_log import CommitLog
+    url = f"s3://{s3_bucket}/run/replay"
+    first = CommitLog(url)
+    for i in range(2):
+        first.append(lambda state, i=i: {"op": "remove", "shards": [f"s{i}"], "reason": "test"})
+    resumed = CommitLog(url)                     # as in a new process: the folder is listed once, with 1..2
+    assert resumed.state().version == 2
+    assert resumed.append(lambda s: {"op": "remove", "shards": ["s2"], "reason": "test"}, max_attempts=3) == 3
+    assert resumed.state().version == 3
+    assert resumed.append(lambda s: {"op": "remove", "shards": ["s3"], "reason": "test"}, max_attempts=3) == 4
+    assert CommitLog(url).state().version == 4
