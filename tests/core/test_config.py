@@ -49,7 +49,7 @@ def test_overrides_parse_yaml_scalars():
 @pytest.mark.parametrize("data, message", [
     ({"agent": {"nstep": 3}},
      "unknown config key 'agent.nstep'; valid keys: algo, hidden, gamma, n_step, double_q, learning_rate, "
-     "batch_size, target_update_period, huber_delta, max_grad_norm, prioritized, epsilon"),
+     "batch_size, target_update_period, huber_delta, max_grad_norm, prioritized, fused_adam, jit_compile, epsilon"),
     ({"agent": {"n_step": "three"}}, "config key 'agent.n_step' must be an integer, got 'three'"),
     ({"agent": {"gamma": 1.5}}, "config key 'agent.gamma' = 1.5 is out of range; valid: 0..1"),
     ({"agent": {"algo": "ppo"}}, "config key 'agent.algo' = 'ppo' is not valid; valid: dqn, bc, vtrace, d4pg, r2d2"),
