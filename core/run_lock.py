@@ -31,7 +31,9 @@ Two mechanisms, by where the run directory lives:
   crashed trainer, and is taken over with a write conditioned on the stale
   generation, so of two acquirers at most one wins. Release deletes the lease
   only if it is still ours. Clocks of the machines must agree to well within
-  ``timeout_s`` (default 60 s).
+  ``timeout_s`` (default 60 s; the environment variable ``DATABLOOM_RUN_LEASE_S``
+  sets it for every trainer started with it, e.g. 15 on a small cluster where a
+  crashed client's run should be resumable sooner).
 
 If the heartbeat cannot renew (the lease was taken over because this process
 stalled longer than the timeout), the holder warns once on stderr and marks
@@ -54,6 +56,23 @@ from core import urls
 LOCK_NAME = "run.lock"
 #: Seconds without a heartbeat after which an object-store lease is stale.
 DEFAULT_TIMEOUT_S = 60.0
+#: Environment variable that overrides :data:`DEFAULT_TIMEOUT_S` (seconds, >= 2).
+LEASE_ENV = "DATABLOOM_RUN_LEASE_S"
+
+
+def lease_timeout_s() -> float:
+    """The lease timeout: ``$DATABLOOM_RUN_LEASE_S`` if set, else 60 s; a bad value is a one-line error."""
+    text = os.environ.get(LEASE_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 2.0 or value == float("inf"):
+        raise urls.LocationError(f"{LEASE_ENV}={text!r} is not a lease timeout; valid: seconds, a number >= 2 "
+                                 f"(default {DEFAULT_TIMEOUT_S:.0f})")
+    return value
 
 
 class RunDirInUse(urls.LocationError):
@@ -318,14 +337,16 @@ class RunLock:
 
     Args:
         url: the run directory, a local path or fsspec URL.
-        timeout_s: object stores: seconds without a heartbeat after which a lease is stale.
+        timeout_s: object stores: seconds without a heartbeat after which a lease is stale (default
+            :func:`lease_timeout_s`: ``$DATABLOOM_RUN_LEASE_S`` or 60).
         heartbeat_s: object stores: seconds between heartbeats (default ``timeout_s / 4``; 0 = none).
         clock: object stores: wall-clock seconds (injectable for tests).
     """
 
-    def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, heartbeat_s: Optional[float] = None,
+    def __init__(self, url: str, timeout_s: Optional[float] = None, heartbeat_s: Optional[float] = None,
                  clock: Callable[[], float] = time.time):
         self.url = urls.normalize(url)
+        timeout_s = lease_timeout_s() if timeout_s is None else timeout_s
         self._args = (timeout_s, heartbeat_s, clock)
         self._impl: Any = _FileLock(self.url) if urls.scheme_of(self.url) == "file" else None
         self.held = False

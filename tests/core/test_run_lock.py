@@ -207,6 +207,29 @@ def test_unreadable_lease_is_treated_as_stale():
         assert json.loads(fs.cat_file(f"{path}/{LOCK_NAME}"))["owner"] == lock._impl.info["owner"]
 
 
+def test_the_lease_timeout_comes_from_the_environment(monkeypatch):
+    url = f"memory://lease-{uuid.uuid4().hex}"
+    monkeypatch.setenv(run_lock.LEASE_ENV, "15")
+    clock = Clock()
+    with RunLock(url, heartbeat_s=0, clock=clock):
+        clock.t += 15.0              # exactly the timeout: still fresh, and the refusal says so
+        with pytest.raises(RunDirInUse, match="its lease expires in 0 s"):
+            RunLock(url, heartbeat_s=0, clock=clock).acquire()
+        clock.t += 0.5               # 15.5 s without a heartbeat: stale under the 15 s timeout
+        RunLock(url, heartbeat_s=0, clock=clock).acquire().release()
+    monkeypatch.delenv(run_lock.LEASE_ENV)
+    assert run_lock.lease_timeout_s() == run_lock.DEFAULT_TIMEOUT_S == 60.0
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "1.5", "-3", "inf", "nan"])
+def test_a_bad_lease_timeout_in_the_environment_is_one_line(monkeypatch, value):
+    monkeypatch.setenv(run_lock.LEASE_ENV, value)
+    with pytest.raises(urls.LocationError) as err:
+        RunLock("memory://anything")
+    assert str(err.value) == (f"DATABLOOM_RUN_LEASE_S={value!r} is not a lease timeout; valid: seconds, a number "
+                              ">= 2 (default 60)")
+
+
 # -- trainers -------------------------------------------------------------------------------------
 def _fake_run_dir(path, seed=0):
     from core.config import load_config, to_json
