@@ -121,47 +121,19 @@ def _check_args(args) -> None:
     check_locations(("--out", args.out), ("--resume", args.resume), probe=False)
 
 
-def _backend(args):
-    workers = args.workers or os.cpu_count() or 1
-    if args.executor == "dask":
-        from pipelines.sweeps.dask_runner import DaskBackend
-        return DaskBackend(args.dask_address, workers)
-    if args.executor == "beam":
-        from pipelines.sweeps.beam_runner import BeamBackend
-        return BeamBackend(workers)
-    from pipelines.sweeps.launch import LocalBackend
-    return LocalBackend(workers)
-
-
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     _check_args(args)
-    from pipelines.sweeps.record import SweepDir
-    from pipelines.sweeps.spec import expand, validate_runs
-    from core.run_lock import RunLock
-    if args.resume:
-        sweep = SweepDir(args.resume)
-        spec, runs = sweep.load()
-        validate_runs([r for r in runs if not sweep.finished(r.name)])
-    else:
+    from pipelines.sweeps.job import Executor, run_job
+    spec = None
+    if not args.resume:
         check_creatable_dir(args.out, "--out")
         spec = _spec_from_args(args)
-        runs = expand(spec)
-        validate_runs(runs)                          # every combination, before any run starts
-        sweep = SweepDir(args.out)
-        if sweep.exists():
-            sweep.create(spec, runs)                 # refuses, with the --resume hint
-    os.makedirs(sweep.root, exist_ok=True)
-    with RunLock(sweep.root):                        # a second sweep on this directory is refused
-        if not args.resume:
-            sweep.create(spec, runs, argv=list(sys.argv[1:] if argv is None else argv))
-        from pipelines.sweeps.runner import run_sweep
-        backend = _backend(args)
-        try:
-            result = run_sweep(sweep, runs, backend, progress=not args.no_progress)
-        finally:
-            backend.close()
+    sweep, runs, result = run_job(spec, args.resume or args.out, Executor(args.executor, args.workers,
+                                                                           args.dask_address),
+                                  resume=bool(args.resume), progress=not args.no_progress,
+                                  argv=list(sys.argv[1:] if argv is None else argv))
     return _report(sweep, runs, result)
 
 

@@ -13,6 +13,8 @@ One concept per module::
 * :mod:`pipelines.sweeps.dask_runner`: the Dask backend (a run per task, embedded cluster or address);
 * :mod:`pipelines.sweeps.beam_runner`: the Beam backend (one pipeline whose elements are runs);
 * :mod:`pipelines.sweeps.runner`: the driver loop: resume decisions, outcomes, stop, progress;
+* :mod:`pipelines.sweeps.job`: a sweep as one call (start or continue SWEEP_DIR under its lock), used by
+  ``python -m pipelines.sweep`` and by the studies in ``benchmarks/studies``;
 * :mod:`pipelines.sweeps.report`: the sweep's report (IQM, bootstrap CIs, probability of improvement).
 
 Example::

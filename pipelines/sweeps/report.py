@@ -41,7 +41,7 @@ def _label(run: RunSpec) -> str:
 
 
 def _config_name(run: RunSpec) -> str:
-    return os.path.splitext(os.path.basename(run.config))[0]
+    return run.label
 
 
 def _load(run_dir: str) -> Optional[Dict[str, Any]]:

@@ -150,7 +150,7 @@ def run_sweep(sweep: SweepDir, runs: Sequence[RunSpec], backend, progress: bool 
                     result[outcome].append(name)
                     if outcome == "done":
                         best = _best_return(sweep, name)
-                        config = os.path.splitext(os.path.basename(by_name[name].config))[0]
+                        config = by_name[name].label
                         if best is not None:
                             bar.best[config] = max(best, bar.best.get(config, best))
                     bar.update(int(outcome == "done"), backend.running(), len(result["failed"]), bool(stop.count))

@@ -2,13 +2,20 @@
 
 A spec is a YAML file or the same on the command line::
 
-    configs: [configs/default.yaml, configs/actorq/cartpole-dqn.yaml]
+    configs:
+      - configs/default.yaml
+      - configs/actorq/cartpole-dqn.yaml
+      - {config: configs/cartpole-vtrace.yaml, name: vtrace-central, seeds: 0-4, set: {inference: central}}
     seeds: 0-9                     # "A-B" (inclusive), "0,3,7", one number, or a YAML list
     grid:                          # every combination of these is one setting
       actors.precision: [fp32, int8-dynamic]
       learner.replay_ratio: [0.5, 0.25]
     set:                           # applied to every run (a mapping, or a list of KEY=VALUE)
       total_env_steps: 40000
+
+A config entry is a path, or a mapping (:class:`ConfigEntry`) that gives it a ``name`` (used in place of
+the file's stem in run names and report groups: one file may then appear twice, with different ``set``),
+its own ``seeds`` (in place of the spec's) and its own ``set`` (after the spec's, before the grid's).
 
 Every ``(config, setting, seed)`` is one :class:`RunSpec`, named
 ``<config file stem>__<key>=<value>__...__s<seed>`` (e.g.
@@ -36,7 +43,7 @@ import itertools
 import json
 import os
 import re
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from core.config import MAX_SEED, ConfigError
 
@@ -46,20 +53,81 @@ RESERVED_KEYS = ("seed", "executor", "run_dir", "dask.address")
 #: (TF fixes its pools per process; the sweep's parallelism is across runs). A spec's ``set`` may change them.
 THREAD_OVERRIDES = ("threads.tf_intra_op=1", "threads.tf_inter_op=1")
 SPEC_KEYS = ("configs", "seeds", "grid", "set")
+ENTRY_KEYS = ("config", "name", "seeds", "set")
 MAX_NAME = 120
 MAX_RUNS = 100_000
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+,-]*$")
 
 
 @dataclasses.dataclass
+class ConfigEntry:
+    """A config file of a sweep with its own ``name``, ``seeds`` and ``set`` (each optional)."""
+    config: str
+    name: Optional[str] = None
+    seeds: Optional[List[int]] = None
+    overrides: List[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> Any:
+        if self.name is None and self.seeds is None and not self.overrides:
+            return self.config
+        data: Dict[str, Any] = {"config": self.config}
+        if self.name is not None:
+            data["name"] = self.name
+        if self.seeds is not None:
+            data["seeds"] = list(self.seeds)
+        if self.overrides:
+            data["set"] = list(self.overrides)
+        return data
+
+    @classmethod
+    def from_data(cls, data: Any, where: str) -> "ConfigEntry":
+        """A path, or a mapping with :data:`ENTRY_KEYS`; ConfigError names what is wrong."""
+        if isinstance(data, str) and data:
+            return cls(data)
+        if not isinstance(data, dict) or not isinstance(data.get("config"), str) or not data["config"]:
+            raise ConfigError(f"{where}: a 'configs' entry must be a config file path or a mapping with "
+                              f"'config: PATH' (and optional name, seeds, set)")
+        unknown = sorted(set(data) - set(ENTRY_KEYS))
+        if unknown:
+            raise ConfigError(f"{where}: config entry {data['config']!r} has unknown key {unknown[0]!r}; "
+                              f"valid keys: {', '.join(ENTRY_KEYS)}")
+        name = data.get("name")
+        if name is not None and (not isinstance(name, str) or safe_part(name) != name or not name):
+            raise ConfigError(f"{where}: config entry name {name!r} is not valid; valid: [A-Za-z0-9._=+,-]")
+        seeds = data.get("seeds")
+        if seeds is not None:
+            seeds = parse_seeds(",".join(str(s) for s in seeds) if isinstance(seeds, list) else str(seeds))
+        return cls(data["config"], name, seeds, _set_list(data.get("set"), where))
+
+    @property
+    def label(self) -> str:
+        """The name of the entry's runs: ``name``, else the config file's stem."""
+        return self.name or os.path.splitext(os.path.basename(self.config))[0]
+
+
+def _set_list(sets: Any, where: str) -> List[str]:
+    """A ``set`` (mapping KEY: VALUE, list of KEY=VALUE, or nothing) as a list of KEY=VALUE."""
+    sets = sets or []
+    if isinstance(sets, dict):
+        sets = [f"{k}={value_text(v)}" for k, v in sets.items()]
+    if not isinstance(sets, list):
+        raise ConfigError(f"{where}: 'set' must be a mapping KEY: VALUE or a list of KEY=VALUE")
+    return [str(s) for s in sets]
+
+
+@dataclasses.dataclass
 class SweepSpec:
-    configs: List[str]
+    configs: List[Union[str, ConfigEntry]]
     seeds: List[int]
     grid: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     overrides: List[str] = dataclasses.field(default_factory=list)
 
+    def entries(self) -> List[ConfigEntry]:
+        """Every config as a :class:`ConfigEntry` (a plain path: no name, the spec's seeds, no own set)."""
+        return [c if isinstance(c, ConfigEntry) else ConfigEntry(c) for c in self.configs]
+
     def to_dict(self) -> Dict[str, Any]:
-        return {"configs": list(self.configs), "seeds": list(self.seeds),
+        return {"configs": [e.to_dict() for e in self.entries()], "seeds": list(self.seeds),
                 "grid": {k: list(v) for k, v in self.grid.items()}, "set": list(self.overrides)}
 
     @classmethod
@@ -73,8 +141,9 @@ class SweepSpec:
         configs = data.get("configs")
         if isinstance(configs, str):
             configs = [configs]
-        if not configs or not isinstance(configs, list) or not all(isinstance(c, str) and c for c in configs):
+        if not configs or not isinstance(configs, list):
             raise ConfigError(f"{where}: 'configs' must be a non-empty list of config file paths")
+        entries = [ConfigEntry.from_data(c, where) for c in configs]
         if "seeds" not in data:
             raise ConfigError(f"{where}: 'seeds' is missing; valid: a range such as 0-9, a list, or one seed")
         seeds = data["seeds"]
@@ -84,12 +153,8 @@ class SweepSpec:
             raise ConfigError(f"{where}: 'grid' must map KEY to a list of values")
         grid = {str(k): [value_text(v) for v in (vs if isinstance(vs, list) else [vs])]
                 for k, vs in grid_data.items()}
-        sets = data.get("set") or []
-        if isinstance(sets, dict):
-            sets = [f"{k}={value_text(v)}" for k, v in sets.items()]
-        if not isinstance(sets, list):
-            raise ConfigError(f"{where}: 'set' must be a mapping KEY: VALUE or a list of KEY=VALUE")
-        spec = cls(configs=list(configs), seeds=seeds, grid=grid, overrides=[str(s) for s in sets])
+        spec = cls(configs=[e.config if e.to_dict() == e.config else e for e in entries], seeds=seeds, grid=grid,
+                   overrides=_set_list(data.get("set"), where))
         check_keys(spec)
         return spec
 
@@ -101,7 +166,13 @@ class RunSpec:
     config: str                  # absolute path of the config file
     seed: int
     setting: Dict[str, str]      # the grid's values for this run, key -> value text
-    overrides: List[str]         # every --set of this run, in order (threads, the spec's set, the setting)
+    overrides: List[str]         # every --set of this run, in order (threads, the spec's set, the entry's, the setting)
+    group: Optional[str] = None  # the config entry's name (None: the config file's stem)
+
+    @property
+    def label(self) -> str:
+        """The run's config group: its entry's name, else the config file's stem."""
+        return self.group or os.path.splitext(os.path.basename(self.config))[0]
 
     def train_args(self, run_dir: str) -> List[str]:
         """``pipelines.train`` arguments (after ``python -m pipelines.train``) of a fresh start of this run."""
@@ -118,7 +189,8 @@ class RunSpec:
         try:
             run = cls(name=check_run_name(data["name"]), config=str(data["config"]), seed=int(data["seed"]),
                       setting={str(k): str(v) for k, v in dict(data["setting"]).items()},
-                      overrides=[str(o) for o in data["overrides"]])
+                      overrides=[str(o) for o in data["overrides"]],
+                      group=None if data.get("group") is None else str(data["group"]))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"a run record is malformed ({type(e).__name__}: {e})") from None
         return run
@@ -188,10 +260,11 @@ def _split_values(text: str) -> List[str]:
 
 def check_keys(spec: SweepSpec) -> None:
     """Refuse an empty grid axis, a duplicate value and the keys the sweep sets itself."""
-    for item in spec.overrides:
+    entry_sets = [o for e in spec.entries() for o in e.overrides]
+    for item in spec.overrides + entry_sets:
         if "=" not in item:
             raise ConfigError(f"--set {item!r} must look like KEY=VALUE")
-    for key in [o.partition("=")[0].strip() for o in spec.overrides] + list(spec.grid):
+    for key in [o.partition("=")[0].strip() for o in spec.overrides + entry_sets] + list(spec.grid):
         if key in RESERVED_KEYS:
             raise ConfigError(f"{key!r} is set by the sweep itself (--seeds, --executor, --out); "
                               f"valid: any other config key")
@@ -209,8 +282,11 @@ def safe_part(text: str) -> str:
 
 
 def run_name(config: str, setting: Dict[str, str], seed: int) -> str:
-    """``<config stem>__<key>=<value>__...__s<seed>``, sanitized and at most :data:`MAX_NAME` characters."""
-    stem = os.path.splitext(os.path.basename(config))[0]
+    """``<config stem>__<key>=<value>__...__s<seed>``, sanitized and at most :data:`MAX_NAME` characters.
+
+    ``config`` is a config file path (its stem is used) or a config entry's name.
+    """
+    stem = os.path.splitext(os.path.basename(config))[0] if config.endswith((".yaml", ".yml")) else config
     parts = [safe_part(stem).lstrip(".-=+,") or "config"] + [safe_part(f"{k}={v}") for k, v in setting.items()]
     name = "__".join(parts + [f"s{seed}"])
     if len(name) > MAX_NAME:
@@ -234,19 +310,21 @@ def expand(spec: SweepSpec) -> List[RunSpec]:
     settings = [dict(zip(keys, combo)) for combo in itertools.product(*(spec.grid[k] for k in keys))]
     runs: List[RunSpec] = []
     seen: Dict[str, str] = {}
-    for config in spec.configs:
+    for entry in spec.entries():
+        config = entry.config
         if not os.path.isfile(config):
             raise ConfigError(f"config file {config!r} does not exist; valid: a YAML config such as "
                               "configs/default.yaml")
         for setting in settings:
-            overrides = [*THREAD_OVERRIDES, *spec.overrides, *(f"{k}={v}" for k, v in setting.items())]
-            for seed in spec.seeds:
-                name = run_name(config, setting, seed)
+            overrides = [*THREAD_OVERRIDES, *spec.overrides, *entry.overrides,
+                         *(f"{k}={v}" for k, v in setting.items())]
+            for seed in (spec.seeds if entry.seeds is None else entry.seeds):
+                name = run_name(entry.name or config, setting, seed)
                 if name in seen:
                     raise ConfigError(f"two runs would share the directory name {name!r} ({seen[name]} and "
-                                      f"{config}); valid: config files with distinct names")
+                                      f"{config}); valid: config files or entry names that differ")
                 seen[name] = config
-                runs.append(RunSpec(name, os.path.abspath(config), seed, dict(setting), overrides))
+                runs.append(RunSpec(name, os.path.abspath(config), seed, dict(setting), overrides, entry.name))
     if len(runs) > MAX_RUNS:
         raise ConfigError(f"the sweep has {len(runs):,} runs; valid: at most {MAX_RUNS:,}")
     return runs
