@@ -28,6 +28,9 @@ spec file (YAML; the same as the flags):
   seeds: 0-9                         # A-B inclusive, 0,3,7, one seed, or a YAML list
   grid: {actors.precision: [fp32, int8-dynamic], learner.replay_ratio: [0.5, 0.25]}
   set: {total_env_steps: 40000}      # applied to every run
+  a config entry may be a mapping: {config: PATH, name: NAME, seeds: 0-4, set: {inference: central}}
+  (its name replaces the file's stem in run names; its set comes before the spec's set)
+  shipped specs: configs/sweeps/*.yml (learning-suite, actorq-study, actorq-ratio, ...)
 
 every (config, setting, seed) is one run, a process of its own:
   python -m pipelines.train --config C --seed S --set ... --run-dir SWEEP_DIR/runs/NAME --executor local
@@ -78,20 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _spec_from_args(args):
     """The spec from SPEC and/or the flags; ConfigError (one line) when it is missing or malformed."""
-    import yaml
     from core.config import ConfigError
-    from pipelines.sweeps.spec import SweepSpec, parse_grid
-    data = {}
-    if args.spec:
-        if not os.path.isfile(args.spec):
-            raise ConfigError(f"spec file {args.spec!r} does not exist; valid: a YAML file (see --help)")
-        try:
-            with open(args.spec) as f:
-                data = yaml.safe_load(f) or {}
-        except yaml.YAMLError:
-            raise ConfigError(f"spec file {args.spec!r} is not valid YAML") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"spec file {args.spec!r} must be a mapping (configs, seeds, grid, set)")
+    from pipelines.sweeps.spec import SweepSpec, parse_grid, read_spec_data
+    data = read_spec_data(args.spec) if args.spec else {}
     if args.configs:
         data["configs"] = args.configs
     if args.seeds is not None:

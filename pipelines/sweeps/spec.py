@@ -15,7 +15,8 @@ A spec is a YAML file or the same on the command line::
 
 A config entry is a path, or a mapping (:class:`ConfigEntry`) that gives it a ``name`` (used in place of
 the file's stem in run names and report groups: one file may then appear twice, with different ``set``),
-its own ``seeds`` (in place of the spec's) and its own ``set`` (after the spec's, before the grid's).
+its own ``seeds`` (in place of the spec's) and its own ``set``. A run's overrides apply in the order
+threads, the entry's ``set``, the spec's ``set`` (so ``--set`` on the command line wins), the grid's setting.
 
 Every ``(config, setting, seed)`` is one :class:`RunSpec`, named
 ``<config file stem>__<key>=<value>__...__s<seed>`` (e.g.
@@ -166,7 +167,7 @@ class RunSpec:
     config: str                  # absolute path of the config file
     seed: int
     setting: Dict[str, str]      # the grid's values for this run, key -> value text
-    overrides: List[str]         # every --set of this run, in order (threads, the spec's set, the entry's, the setting)
+    overrides: List[str]         # every --set of this run, in order (threads, the entry's set, the spec's, the setting)
     group: Optional[str] = None  # the config entry's name (None: the config file's stem)
 
     @property
@@ -194,6 +195,26 @@ class RunSpec:
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"a run record is malformed ({type(e).__name__}: {e})") from None
         return run
+
+
+def read_spec_data(path: str) -> Dict[str, Any]:
+    """The mapping in a YAML spec file; ConfigError (one line) if it is missing, not YAML or not a mapping."""
+    import yaml
+    if not os.path.isfile(path):
+        raise ConfigError(f"spec file {path!r} does not exist; valid: a YAML file (python -m pipelines.sweep --help)")
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except yaml.YAMLError:
+        raise ConfigError(f"spec file {path!r} is not valid YAML") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"spec file {path!r} must be a mapping ({', '.join(SPEC_KEYS)})")
+    return data
+
+
+def read_spec(path: str) -> SweepSpec:
+    """The :class:`SweepSpec` of a YAML spec file (ConfigError, one line, on anything wrong)."""
+    return SweepSpec.from_dict(read_spec_data(path), where=path)
 
 
 def value_text(value: Any) -> str:
@@ -316,7 +337,7 @@ def expand(spec: SweepSpec) -> List[RunSpec]:
             raise ConfigError(f"config file {config!r} does not exist; valid: a YAML config such as "
                               "configs/default.yaml")
         for setting in settings:
-            overrides = [*THREAD_OVERRIDES, *spec.overrides, *entry.overrides,
+            overrides = [*THREAD_OVERRIDES, *entry.overrides, *spec.overrides,
                          *(f"{k}={v}" for k, v in setting.items())]
             for seed in (spec.seeds if entry.seeds is None else entry.seeds):
                 name = run_name(entry.name or config, setting, seed)
