@@ -35,6 +35,10 @@ Two mechanisms, by where the run directory lives:
   sets it for every trainer started with it, e.g. 15 on a small cluster where a
   crashed client's run should be resumable sooner).
 
+Beside the heartbeat, an object-store lease starts a
+:class:`core.store_watch.StoreWatch`, which says on stderr when the store stops
+answering (the run then stalls while its requests retry) and when it answers again.
+
 If the heartbeat cannot renew (the lease was taken over because this process
 stalled longer than the timeout), the holder warns once on stderr and marks
 ``lost``; it does not stop the run by itself.
@@ -243,6 +247,10 @@ class _KvLeaseStore:
         stamp = self.kv.write(LOCK_NAME, data, if_equal=self._creator.no_value).result()
         return stamp.generation or None
 
+    def probe(self):
+        """One small read, as a future (:class:`core.store_watch.StoreWatch`)."""
+        return self.kv.read(LOCK_NAME)
+
     def read(self) -> Optional[Tuple[bytes, bytes]]:
         r = self.kv.read(LOCK_NAME).result()
         return None if r.state != "value" else (bytes(r.value), r.stamp.generation)
@@ -266,6 +274,7 @@ class _Lease:
         self.lost = False
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._watch = None               # core.store_watch.StoreWatch on object stores
         self._mutex = threading.Lock()   # heartbeat vs release
 
     def _payload(self) -> bytes:
@@ -280,6 +289,9 @@ class _Lease:
         if self.heartbeat_s > 0:
             self._thread = threading.Thread(target=self._beat, name=f"run-lock {self.url}", daemon=True)
             self._thread.start()
+            if hasattr(self.store, "probe"):     # says when the store stops answering (the run stalls)
+                from core.store_watch import StoreWatch
+                self._watch = StoreWatch(self.url, self.store.probe).start()
 
     def _take_over_if_stale(self) -> None:
         current = self.store.read()
@@ -321,6 +333,8 @@ class _Lease:
 
     def release(self) -> None:
         self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
         with self._mutex:
             if self.generation is not None:
                 try:
