@@ -1,4 +1,4 @@
-"""Start-up of a training run: seconds from process start to its ``config`` record and to its first commit.
+"""Start-up of a training run: seconds from process start to its ``config`` record, first env step and first commit.
 
 With ``--whole-run`` every run is the default run to its end (its own
 budget and evaluations, as a user runs it), and the table adds its env
@@ -9,8 +9,13 @@ Runs ``python -m pipelines.train`` (the default config, a short budget, no
 evaluation) from each given checkout in turn, alternating, ``--pairs`` times,
 and prints per run the seconds from the process's start (``psutil``
 create time) to the first ``config`` record (imports, the embedded Dask
-cluster, the learner's set-up) and to the first ``commit`` record (the first
-shard of env steps in the replay). Compare two commits side by side::
+cluster, the learner's set-up), to the first env step and to the first
+``commit`` record (the first shard of env steps in the replay). The first env
+step is the end of the first ``SyncVectorEnv.step`` call in any process of
+the run (the driver or a Dask worker), recorded by a ``sitecustomize`` hook
+this script puts on the run's ``PYTHONPATH`` (:data:`FIRST_STEP_HOOK`), so
+any checkout is measured the same way without code of its own. Compare two
+commits side by side::
 
     git worktree add /tmp/base <commit>
     python benchmarks/micro/startup.py /tmp/base .          # base vs this checkout, 3 alternating pairs
@@ -19,9 +24,9 @@ shard of env steps in the replay). Compare two commits side by side::
     python benchmarks/micro/startup.py /tmp/base . --phases                  # each phase, median of 5
 
 ``--phases`` times each phase a default run needs before its first env step
-(imports, config, Dask cluster, store, learner, int8 policy, LiteRT
-interpreter, first env step), each in a fresh process with its own imports
-(:func:`phase_child`); the run itself overlaps some of them.
+(imports, config, Dask cluster, energy tracker, store, learner, int8 policy,
+LiteRT interpreter, first env step), each in a fresh process with its own
+imports (:func:`phase_child`); the run itself overlaps some of them.
 """
 from __future__ import annotations
 
@@ -35,18 +40,59 @@ import tempfile
 import time
 from typing import Dict, List, Sequence
 
+#: ``sitecustomize`` for the measured run's processes: when gymnasium's SyncVectorEnv module loads, its
+#: ``step`` is wrapped (on the class, so no instance or pickle changes) to append ``pid time`` to the file
+#: ``$DATABLOOM_FIRST_STEP_FILE`` when the process's first env step returns, then it is restored.
+FIRST_STEP_HOOK = """
+import os, sys
+_PATH = os.environ.get("DATABLOOM_FIRST_STEP_FILE")
+if _PATH:
+    import importlib.machinery, time
+
+    class _FirstStep:
+        def find_spec(self, name, path, target=None):
+            if name != "gymnasium.vector.sync_vector_env":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                cls = module.SyncVectorEnv
+                step = cls.step
+
+                def first_step(self, actions):
+                    out = step(self, actions)
+                    cls.step = step
+                    with open(_PATH, "a") as f:
+                        f.write(f"{os.getpid()} {time.time()}\\n")
+                    return out
+                cls.step = first_step
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _FirstStep())
+"""
+
 
 def one_run(checkout: str, overrides: Sequence[str], whole: bool = False) -> Dict[str, float]:
-    """One default run from ``checkout`` (short unless ``whole``); seconds to its first config/commit record."""
+    """One default run from ``checkout`` (short unless ``whole``); seconds to its first config record, env step
+    and commit record."""
     import psutil
     with tempfile.TemporaryDirectory(prefix="startup-") as d:
+        os.makedirs(f"{d}/hook")
+        with open(f"{d}/hook/sitecustomize.py", "w") as f:
+            f.write(FIRST_STEP_HOOK)
         cmd = [sys.executable, "-m", "pipelines.train", "--no-progress", "--run-dir", f"{d}/run"]
         if not whole:
             cmd += ["--set", "total_env_steps=4096", "--set", "eval.every_env_steps=100000"]
         for o in overrides:
             cmd += ["--set", o]
-        proc = subprocess.Popen(cmd, cwd=checkout, env={**os.environ, "PYTHONPATH": os.path.abspath(checkout)},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, cwd=checkout,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": f"{d}/hook{os.pathsep}{os.path.abspath(checkout)}",
+                                     "DATABLOOM_FIRST_STEP_FILE": f"{d}/first_step"})
         start = psutil.Process(proc.pid).create_time()
         _, err = proc.communicate()
         if proc.returncode != 0:
@@ -56,14 +102,17 @@ def one_run(checkout: str, overrides: Sequence[str], whole: bool = False) -> Dic
             records = [json.loads(line) for line in f]
         with open(f"{d}/run/summary.json") as f:
             summary = json.load(f)
+        with open(f"{d}/first_step") as f:
+            first_step = min(float(line.split()[1]) for line in f if line.strip())
     first = {kind: next(r["time"] for r in records if r["kind"] == kind) - start for kind in ("config", "commit")}
-    return {"config_s": first["config"], "first_commit_s": first["commit"], "load": os.getloadavg()[0],
+    return {"config_s": first["config"], "first_step_s": first_step - start, "first_commit_s": first["commit"],
+            "load": os.getloadavg()[0],
             "env_steps": summary["env_steps"], "env_steps_per_s": summary["env_steps_per_s"]}
 
 
 #: The start-up phases, in the order a default run needs them before its first env step.
-PHASES = ("imports", "config", "dask_cluster", "store_creation", "learner_build", "actor_policy_build",
-          "litert_interpreter", "first_env_step")
+PHASES = ("imports", "config", "dask_cluster", "energy_tracker", "store_creation", "learner_build",
+          "actor_policy_build", "litert_interpreter", "first_env_step")
 
 
 def phase_child() -> Dict[str, float]:
@@ -74,7 +123,8 @@ def phase_child() -> Dict[str, float]:
 
     ``imports``: process start to ``pipelines.train`` imported (what ``--help`` pays); ``config``: the
     default config loaded and checked; ``dask_cluster``: the embedded LocalCluster (one worker per core)
-    and its client; ``store_creation``: the replay store created; ``learner_build``: TensorFlow and the
+    and its client; ``energy_tracker``: the run's energy tracker started (``carbon.backend``; codecarbon
+    probes the hardware); ``store_creation``: the replay store created; ``learner_build``: TensorFlow and the
     learner (networks, optimizer); ``actor_policy_build``: the first int8 policy payload;
     ``litert_interpreter``: a LiteRT interpreter on it, first invoke; ``first_env_step``: the actor's
     vector env made, reset and stepped once.
@@ -98,6 +148,10 @@ def phase_child() -> Dict[str, float]:
     client = Client(cluster)
     lap("dask_cluster")
     with tempfile.TemporaryDirectory(prefix="startup-phases-") as d:
+        from core.carbon import EnergyTracker
+        tracker = EnergyTracker(f"{d}/run", backend=cfg.carbon.backend, country=cfg.carbon.country,
+                                pue=cfg.carbon.pue).start()
+        lap("energy_tracker")
         from core.replay import ReplayStore
         ReplayStore.open_or_create(f"{d}/replay", env_id=cfg.env.id, **cfg.replay.writer_options())
         lap("store_creation")
@@ -119,6 +173,7 @@ def phase_child() -> Dict[str, float]:
         envs.step(envs.action_space.sample())
         lap("first_env_step")
         envs.close()
+        tracker.stop()
     client.close()
     cluster.close()
     return seconds
@@ -178,14 +233,17 @@ def main(argv: List[str] | None = None) -> int:
         for c in args.checkouts:
             r = one_run(c, args.overrides, args.whole_run)
             runs[c].append(r)
-            print(f"{c}: config record at {r['config_s']:.2f} s, first commit at {r['first_commit_s']:.2f} s, "
+            print(f"{c}: config record at {r['config_s']:.2f} s, first env step at {r['first_step_s']:.2f} s, "
+                  f"first commit at {r['first_commit_s']:.2f} s, "
                   f"{r['env_steps']:,} env steps at {r['env_steps_per_s']:,.0f}/s (load {r['load']:.1f})", flush=True)
     base = statistics.median(r["env_steps_per_s"] for r in runs[args.checkouts[0]])
-    print("\n| checkout | median s to config record | median s to first commit | median env steps/s | vs first |"
-          "\n|---|---|---|---|---|")
+    print(f"\nmedian of {args.pairs} runs per checkout, alternating; load {os.getloadavg()[0]:.1f} at the end\n"
+          "| checkout | s to config record | s to first env step | s to first commit | env steps/s | vs first |"
+          "\n|---|---|---|---|---|---|")
     for c, rs in runs.items():
         speed = statistics.median(r["env_steps_per_s"] for r in rs)
         print(f"| {c} | {statistics.median(r['config_s'] for r in rs):.2f} | "
+              f"{statistics.median(r['first_step_s'] for r in rs):.2f} | "
               f"{statistics.median(r['first_commit_s'] for r in rs):.2f} | {speed:,.0f} | {speed / base:.2f}x |")
     return 0
 
