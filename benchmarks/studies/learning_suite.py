@@ -1,38 +1,38 @@
-"""The learning suite: every shipped config x several seeds -> one JSON, a table and curves.
+"""The learning suite: every shipped config x several seeds as one sweep -> one JSON, a table and curves.
 
-``python -m benchmarks.studies.learning_suite`` trains each selected config for each
-seed, every run a fresh ``python -m pipelines.train --config C --seed S
---run-dir DIR`` subprocess, one at a time (the machine has 2 cores), and
-appends one record per run to ``benchmarks/results/learning-suite.json``
-(written after every run). Runs go seed by seed across configs (seed 0 of
-every config, then seed 1, ...), so an interrupted sweep already covers every
-config and slow drifts in machine load hit all configs alike.
+``python -m benchmarks.studies.learning_suite`` runs ``configs/sweeps/learning-suite.yml`` (every shipped
+config, 5 seeds, ``configs/default.yaml`` 10, the V-trace central-inference variant) through the product's
+sweep (:mod:`benchmarks.studies.suite_runs`: resumable, on the local, dask or beam executor; one run at a
+time by default), then upserts one record per run into ``benchmarks/results/learning-suite.json``.
 
-What a record holds: the config and its overrides, seed, executor,
-``reached``, ``env_steps_to_target``, ``time_to_target_s`` (from the train
-process's start: imports, cluster start-up and evaluations included),
-``final_return`` (best evaluated version, re-evaluated at the actors'
-precision), ``best_confirmed_return``, the evaluation curve, git commit,
-date, machine, load average, the command. See :func:`benchmarks.studies.suite_report.suite_record`.
+What a record holds: the config and its overrides (its ``label``: the config path plus them, the table
+row it belongs to), seed, executor, ``reached``, ``env_steps_to_target``, ``time_to_target_s`` (from the
+train process's start), ``final_return`` (best evaluated version, re-evaluated at the actors' precision),
+``best_confirmed_return``, the evaluation curve, git commit, date, machine and the run's command. See
+:func:`benchmarks.studies.suite_report.suite_record` and :func:`benchmarks.studies.suite_runs.run_record`.
 
-Then it renders ``<report dir>/learning-suite.md`` (one table row per config:
-target, solved k/N, median env steps and time to target, median final return)
-and one ``<config>.png`` per config (median return and min-max band over seeds,
-vs env steps and vs wall time) with :mod:`benchmarks.studies.suite_report`.
+Then it renders ``<report dir>/learning-suite.md`` (one table row per config label: target, solved k/N,
+median env steps and time to target, median final return) and one PNG per label (median return and
+min-max band over seeds, vs env steps and vs wall time) with :mod:`benchmarks.studies.suite_report`.
+
+The sweep directory is ``RUNS_DIR/<commit>-<spec digest>``: the same commit and selection continue the
+same sweep (``--resume``). Runs in a sweep use the local executor and one TensorFlow thread: the records
+written before 2026-12-05 (the old one-subprocess-at-a-time loop) used each config's own executor.
 
 Usage::
 
-    python -m benchmarks.studies.learning_suite --quick       # default + cartpole-vtrace, 2 seeds, small budgets
-    python -m benchmarks.studies.learning_suite               # every shipped config: 5 seeds, configs/default.yaml 10
-    python -m benchmarks.studies.learning_suite --resume      # continue: skip runs already recorded for this commit
-    python -m benchmarks.studies.learning_suite --configs 'configs/actorq/*' --seeds 3
+    python -m benchmarks.studies.learning_suite --quick       # configs/sweeps/learning-suite-quick.yml
+    python -m benchmarks.studies.learning_suite               # configs/sweeps/learning-suite.yml
+    python -m benchmarks.studies.learning_suite --resume      # continue the sweep of this commit and selection
+    python -m benchmarks.studies.learning_suite --configs 'configs/actorq/*' --seeds 3 --workers 2
     python -m benchmarks.studies.learning_suite --render-only # table and PNGs from the JSON, no training
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
-import glob
+import hashlib
 import json
 import os
 import shlex
@@ -45,47 +45,37 @@ if REPO not in sys.path:   # run as a script or imported by tests: this checkout
     sys.path.insert(0, REPO)
 
 from benchmarks.common import git_state  # noqa: E402
-from benchmarks.studies.suite_runs import EtaModel, PlannedRun, run_one  # noqa: E402
+from benchmarks.studies import suite_runs  # noqa: E402
 from pipelines.cli import cli_errors  # noqa: E402
 
 DEFAULT_CONFIG = "configs/default.yaml"
+DEFAULT_SPEC = os.path.join("configs", "sweeps", "learning-suite.yml")
+QUICK_SPEC = os.path.join("configs", "sweeps", "learning-suite-quick.yml")
 DEFAULT_OUT = os.path.join("benchmarks", "results", "learning-suite.json")
 QUICK_OUT = os.path.join("benchmarks", "results", "learning-suite-quick.json")
-#: extra suite entries beside each shipped file: V-trace CartPole runs with local and with central inference
-VARIANTS: Dict[str, List[tuple]] = {"configs/cartpole-vtrace.yaml": [("inference=central",)]}
-#: --quick: these configs with reduced budgets (both usually solve well inside them on a quiet machine)
-QUICK: Dict[str, tuple] = {"configs/default.yaml": ("total_env_steps=40000",),
-                           "configs/cartpole-vtrace.yaml": ("total_env_steps=200000",)}
 PRUNED = ("replay", "checkpoints", "best", "tb")
 
 EPILOG = f"""
-seeds:
-  Seeds are 0..N-1. {DEFAULT_CONFIG} runs --default-seeds seeds (default 10); if only --seeds is given it
-  applies to {DEFAULT_CONFIG} too; every other config runs --seeds seeds (default 5). --quick: 2 seeds each
-  unless --seeds / --default-seeds say otherwise.
+spec and seeds:
+  The runs are {DEFAULT_SPEC} (--quick: {QUICK_SPEC}; --spec: another sweep spec file).
+  --seeds N runs seeds 0..N-1 of every config, {DEFAULT_CONFIG} included unless --default-seeds N says
+  otherwise; without them each entry keeps the spec's seeds (the suite: 5, {DEFAULT_CONFIG} 10).
 
 selection:
-  --configs and --exclude take shell-style patterns matched against the config path
-  ('configs/actorq/*', '*vtrace*'), its file name ('default.yaml') or its suite label
-  ('configs/cartpole-vtrace.yaml inference=central'); an existing YAML path outside configs/ is run as it is.
-  By default every configs/**/*.yaml runs, plus these variants (V-trace local and central inference):
-  {'; '.join(f"{c} {' '.join(v)}" for c, vs in VARIANTS.items() for v in vs)}.
+  --configs and --exclude take shell-style patterns matched against an entry's config path
+  ('configs/actorq/*', '*vtrace*'), its file name ('default.yaml'), its name in the spec
+  ('cartpole-vtrace-central') or its label ('configs/cartpole-vtrace.yaml inference=central').
 
 records and resume:
-  A record's label is its config path plus its overrides (variant, --quick budget, --set), so runs with
-  different overrides are different rows. A new record replaces an earlier one of the same
-  commit + label + seed. --resume skips those already recorded with status ok (failed runs run again);
-  a finished run directory with no record yet (the suite was interrupted after it) is harvested.
-  Run directories: RUNS_DIR/<commit>/<label>/seed-<S>, with the run's output in seed-<S>.log.
-
-quick:
-  --quick runs {', '.join(f"{c} ({' '.join(o)})" for c, o in QUICK.items())}, 2 seeds, into {QUICK_OUT}
-  (estimated 3-6 minutes on a quiet 2-core machine from
-  the single-seed timings in docs/notebook/2026-11-results-history.md; not yet measured).
+  A record's label is its config path plus its overrides (the entry's set, the spec's set, --set), so
+  runs with different overrides are different rows. A new record replaces one of the same commit + label
+  + seed. The sweep directory is RUNS_DIR/<commit>-<digest of the spec>; --resume continues it (finished
+  runs are not run again, stopped ones continue from their checkpoint, failed ones run again); without
+  --resume an existing one is refused. python -m pipelines.sweep --resume DIR continues it as well.
 
 examples:
   python -m benchmarks.studies.learning_suite --quick
-  python -m benchmarks.studies.learning_suite --resume --prune
+  python -m benchmarks.studies.learning_suite --resume --prune --workers 2
   python -m benchmarks.studies.learning_suite --configs configs/default.yaml --seeds 1 --set total_env_steps=2048
   python -m benchmarks.studies.learning_suite --exclude configs/pong-vtrace.yaml --dry-run
 """
@@ -95,93 +85,102 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.studies.learning_suite",
                                 description=__doc__.split("\n\n")[0], epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", nargs="+", metavar="PATTERN", help="run only these configs (see selection)")
-    p.add_argument("--exclude", nargs="+", metavar="PATTERN", default=[], help="leave these configs out")
-    p.add_argument("--seeds", type=int, metavar="N", help="seeds per config: 0..N-1 (default 5; --quick 2)")
-    p.add_argument("--default-seeds", type=int, metavar="N",
-                   help=f"seeds for {DEFAULT_CONFIG} (default 10, or --seeds if only that is given; --quick 2)")
+    p.add_argument("--spec", metavar="YML", help=f"sweep spec file (default {DEFAULT_SPEC})")
+    p.add_argument("--configs", nargs="+", metavar="PATTERN", help="run only these entries (see selection)")
+    p.add_argument("--exclude", nargs="+", metavar="PATTERN", default=[], help="leave these entries out")
+    p.add_argument("--seeds", type=int, metavar="N", help="seeds per config: 0..N-1 (default: the spec's)")
+    p.add_argument("--default-seeds", type=int, metavar="N", help=f"seeds for {DEFAULT_CONFIG} (see seeds)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override for every run, applied last (repeatable), e.g. --set executor=local")
-    p.add_argument("--quick", action="store_true", help="small subset with reduced budgets (see quick)")
+                   help="config override for every run, applied after the spec's (repeatable)")
+    p.add_argument("--quick", action="store_true", help=f"the quick subset: {QUICK_SPEC}")
     p.add_argument("--out", metavar="JSON", help=f"records file (default {DEFAULT_OUT}; --quick {QUICK_OUT})")
     p.add_argument("--report-dir", metavar="DIR",
                    help="where learning-suite.md and the PNGs go (default: --out without .json)")
     p.add_argument("--runs-dir", metavar="DIR", default=os.path.join("runs", "learning-suite"),
-                   help="parent of the run directories (default runs/learning-suite)")
-    p.add_argument("--resume", action="store_true", help="skip runs already recorded for this commit (see above)")
+                   help="parent of the sweep directories (default runs/learning-suite)")
+    p.add_argument("--resume", action="store_true", help="continue this commit's sweep of this selection")
     p.add_argument("--render-only", action="store_true", help="render the table and PNGs from --out; run nothing")
     p.add_argument("--commit", metavar="SHA",
                    help="render the records of this commit (default: per config label, HEAD's if recorded, else its newest "
                         "record's commit)")
     p.add_argument("--dry-run", action="store_true", help="print the planned runs and their commands; run nothing")
     p.add_argument("--prune", action="store_true",
-                   help=f"after a run is recorded, delete its {', '.join(PRUNED)}/ (curves and summary stay)")
-    p.add_argument("--run-timeout", type=float, metavar="S",
-                   help="kill a run after S seconds and record it as failed (default: no limit)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="plain log lines (one a minute per run, with the ETA) instead of progress bars; "
-                        "automatic when stderr is not a terminal")
+                   help=f"after the sweep, delete each finished run's {', '.join(PRUNED)}/ (curves and summary stay)")
+    p.add_argument("--run-timeout", type=float, metavar="S", help=argparse.SUPPRESS)
+    suite_runs.add_sweep_options(p)
     return p
 
 
-# -- selection and plan -----------------------------------------------------------------------------------------------
-def shipped_configs() -> List[str]:
-    """Every ``configs/**/*.yaml``, repo-relative, sorted."""
-    paths = glob.glob(os.path.join(REPO, "configs", "**", "*.yaml"), recursive=True)
-    return sorted(os.path.relpath(p, REPO).replace(os.sep, "/") for p in paths)
+# -- the spec: selection, seeds, overrides ----------------------------------------------------------------------------
+def _entry_label(entry) -> str:
+    return " ".join([entry.config, *entry.overrides])
 
 
-def suite_entries(configs: Sequence[str]) -> List[tuple]:
-    """``(config, variant overrides)`` per suite entry: each file, then its :data:`VARIANTS`."""
-    return [(c, v) for c in configs for v in [()] + VARIANTS.get(c, [])]
+def _matches(entry, pattern: str) -> bool:
+    names = (entry.config, os.path.basename(entry.config), entry.label, _entry_label(entry))
+    return any(fnmatch.fnmatchcase(name, pattern) for name in names)
 
 
-def _matches(entry: tuple, pattern: str) -> bool:
-    config, variant = entry
-    label = " ".join((config,) + tuple(variant))
-    return any(fnmatch.fnmatchcase(name, pattern) for name in (config, os.path.basename(config), label))
-
-
-def select_entries(patterns: Optional[Sequence[str]], exclude: Sequence[str]) -> List[tuple]:
-    """The suite entries named by ``patterns`` (all when None) minus ``exclude``; ConfigError if one matches nothing."""
+def study_spec(args: argparse.Namespace):
+    """The spec file's :class:`SweepSpec`, narrowed by --configs/--exclude, with --seeds and --set applied."""
     from core.config import ConfigError
-    entries = suite_entries(shipped_configs())
-    if patterns:
-        chosen: List[tuple] = []
-        for pat in patterns:
+    from pipelines.sweeps.spec import ConfigEntry, read_spec
+    spec = read_spec(os.path.join(REPO, args.spec or (QUICK_SPEC if args.quick else DEFAULT_SPEC)))
+    entries = spec.entries()
+    if args.configs:
+        chosen: List[ConfigEntry] = []
+        for pat in args.configs:
             found = [e for e in entries if _matches(e, pat)]
             if not found and pat.endswith((".yaml", ".yml")) and os.path.isfile(os.path.join(REPO, pat)):
-                found = [(os.path.relpath(os.path.join(REPO, pat), REPO).replace(os.sep, "/"), ())]
+                found = [ConfigEntry(os.path.relpath(os.path.join(REPO, pat), REPO).replace(os.sep, "/"))]
             if not found:
-                raise ConfigError(f"--configs {pat!r} matches no config; shipped: "
-                                  f"{', '.join(sorted({e[0] for e in entries}))}")
+                raise ConfigError(f"--configs {pat!r} matches no config of the spec; its configs: "
+                                  f"{', '.join(sorted({e.config for e in entries}))}")
             chosen += [e for e in found if e not in chosen]
         entries = chosen
-    return [e for e in entries if not any(_matches(e, pat) for pat in exclude)]
+    entries = [e for e in entries if not any(_matches(e, pat) for pat in args.exclude)]
+    if not entries:
+        raise ConfigError("--exclude leaves no config to run; valid: patterns that leave at least one")
+    for n in (args.seeds, args.default_seeds):
+        if n is not None and n < 1:
+            raise ConfigError(f"--seeds / --default-seeds must be >= 1 (got {n})")
+    seeds = list(range(args.seeds)) if args.seeds is not None else None
+    default = list(range(args.default_seeds)) if args.default_seeds is not None else seeds
+    for i, e in enumerate(entries):
+        own = default if e.config == DEFAULT_CONFIG else seeds
+        if own is not None:
+            entries[i] = dataclasses.replace(e, seeds=own)
+    spec.configs = [os.path.join(REPO, e.config) if not os.path.isabs(e.config) else e.config for e in entries]
+    spec.configs = [dataclasses.replace(e, config=c) for e, c in zip(entries, spec.configs)]
+    spec.overrides = spec.overrides + list(args.overrides)
+    return spec
 
 
-def seed_counts(args: argparse.Namespace) -> tuple:
-    """``(seeds for every config, seeds for configs/default.yaml)`` (see the epilog)."""
-    seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
-    default = args.default_seeds
-    if default is None:
-        default = args.seeds if args.seeds is not None else (2 if args.quick else 10)
-    from core.config import ConfigError
-    if seeds < 1 or default < 1:
-        raise ConfigError(f"--seeds / --default-seeds must be >= 1 (got {seeds} / {default})")
-    return seeds, default
+def sweep_dir(runs_dir: str, commit: str, spec) -> str:
+    """``RUNS_DIR/<commit12>-<spec digest>``: one sweep per commit and selection."""
+    digest = hashlib.sha256(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    return os.path.abspath(os.path.join(runs_dir, f"{commit[:12]}-{digest}"))
 
 
-def plan_runs(entries: Sequence[tuple], seeds: int, default_seeds: int, overrides: Sequence[str],
-              quick: bool = False) -> List[PlannedRun]:
-    """Runs seed by seed across entries; each config is loaded with its overrides now, so a bad --set fails early."""
-    per_entry = []
-    for config, variant in entries:
-        extra = tuple(variant) + (QUICK.get(config, ()) if quick else ()) + tuple(overrides)
-        n = default_seeds if config == DEFAULT_CONFIG else seeds
-        per_entry.append([PlannedRun.resolve(config, extra, s) for s in range(n)])
-    longest = max((len(runs) for runs in per_entry), default=0)
-    return [runs[i] for i in range(longest) for runs in per_entry if i < len(runs)]
+def suite_records(sweep, runs, commit: str, dirty: bool) -> List[Dict[str, Any]]:
+    """One record per run that ended: :func:`suite_runs.run_record` plus the suite's fields."""
+    from benchmarks.studies.suite_report import suite_record
+    from core.config import load_config
+    out = []
+    for run in runs:
+        rec = suite_runs.run_record(sweep, run, commit, dirty)
+        if rec is None:
+            continue
+        rec["label"] = " ".join([rec["config"], *rec["overrides"]])
+        if rec["status"] == "ok":
+            rec.update(suite_record(rec["run_dir"]))
+        else:
+            cfg = load_config(run.config, list(run.overrides))
+            rec.update(executor="local", target_return=float(cfg.eval.target_return), reached=False,
+                       env_steps_to_target=None, time_to_target_s=None, final_return=None, ended_at_target=False,
+                       best_confirmed_return=None, curve=[])
+        out.append(rec)
+    return out
 
 
 # -- records file -----------------------------------------------------------------------------------------------------
@@ -261,96 +260,53 @@ def render(records: List[Dict[str, Any]], report_dir: str, commit: Optional[str]
 
 
 # -- main -------------------------------------------------------------------------------------------------------------
-def _print_plan(plan: Sequence[PlannedRun], runs_dir: str, commit: str) -> None:
-    for run in plan:
-        print(shlex.join(run.command(run.run_dir(runs_dir, commit))))
-    print(f"{len(plan)} runs, {sum(r.budget for r in plan):,} env steps at most")
+def _print_plan(spec, runs_dir: str, commit: str) -> None:
+    from pipelines.sweeps.spec import expand
+    root = sweep_dir(runs_dir, commit, spec)
+    runs = expand(spec)
+    for run in runs:
+        args = run.train_args(os.path.join(root, "runs", run.name))
+        print(shlex.join(["python", "-m", "pipelines.train", *args]))
+    print(f"{len(runs)} runs -> {root}")
 
 
-def _prune(run_dir: str) -> None:
-    for name in PRUNED:
-        shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
-
-
-def run_plan(plan: Sequence[PlannedRun], records: List[Dict[str, Any]], args: argparse.Namespace,
-             out: str) -> None:
-    """Run (or skip, with --resume) each planned run and save the records after every one."""
+def _run(args: argparse.Namespace, records: List[Dict[str, Any]], out: str) -> int:
+    """Run (or continue) the suite's sweep and upsert its records into ``out``; the sweep's exit status."""
+    from core.config import ConfigError
+    spec = study_spec(args)
     commit, dirty = git_state()
-    done = {record_key(r) for r in records if r.get("status") == "ok"} if args.resume else set()
-    todo = [r for r in plan if (commit, r.label, r.seed) not in done]
-    print(f"{len(plan)} runs planned, {len(plan) - len(todo)} already recorded, {len(todo)} to run -> {out}",
-          flush=True)
-    eta = EtaModel(records)
-    progress = not args.no_progress and sys.stderr.isatty()   # bars need a terminal; logs get plain lines
-    overall = _overall_bar(len(todo)) if progress else None
-    for i, run in enumerate(todo):
-        run_dir = run.run_dir(args.runs_dir, commit)
-
-        def tick(elapsed: float, rest=todo[i:]) -> str:
-            text = eta.text(rest, elapsed)
-            if overall is not None:
-                overall.set_postfix_str(text)   # also refreshes the elapsed time
-            return text
-        text = tick(0.0)
-        if overall is None:
-            print(f"[{i + 1}/{len(todo)}] {run.label} seed {run.seed} ({run.budget:,} env steps at most); {text}",
-                  flush=True)
-        rec = run_one(run, run_dir, commit, dirty, timeout=args.run_timeout, progress=progress, on_tick=tick,
-                      harvest=args.resume)
+    if args.dry_run:
+        _print_plan(spec, args.runs_dir, commit)
+        return 0
+    root = sweep_dir(args.runs_dir, commit, spec)
+    exists = os.path.exists(os.path.join(root, "sweep.json"))
+    if exists and not args.resume:
+        raise ConfigError(f"this commit's sweep of this selection is in {root}; valid: --resume to continue it, "
+                          f"or another --runs-dir")
+    sweep, runs, result = suite_runs.run_study(spec, root, args, resume=exists)
+    for rec in suite_records(sweep, runs, commit, dirty):
         upsert(records, rec)
-        save_records(out, records)
-        eta.add(rec)
-        if args.prune:
-            _prune(run_dir)
-        line = f"[{i + 1}/{len(todo)}] {run.label} seed {run.seed}: {_outcome(rec)}"
-        if overall is not None:
-            overall.update(1)
-            overall.write(line)
-        else:
-            print(line, flush=True)
-    if overall is not None:
-        overall.close()
-
-
-def _outcome(rec: Dict[str, Any]) -> str:
-    """``reached 475 at 24,576 env steps / 41.2 s, final 488.5, 52 s`` (or why the run failed)."""
-    if rec["status"] != "ok":
-        return f"{rec['status']}: {rec.get('error', '')}"
-    wall = "" if rec.get("process_wall_s") is None else f", {rec['process_wall_s']:.0f} s"
-    final = "-" if rec.get("final_return") is None else f"{rec['final_return']:.1f}"
-    if rec["reached"]:
-        return (f"reached {rec['target_return']:g} at {rec['env_steps_to_target']:,} env steps / "
-                f"{rec['time_to_target_s']:.1f} s, final {final}{wall}")
-    return f"not reached ({rec['target_return']:g}) in {rec.get('env_steps') or 0:,} env steps, final {final}{wall}"
-
-
-def _overall_bar(total: int):
-    from tqdm.auto import tqdm
-    return tqdm(total=total, desc="suite", unit="run", position=0, dynamic_ncols=True,
-                bar_format="{desc}: {n}/{total} runs |{bar:20}| {elapsed} elapsed{postfix}")
+        if args.prune and rec["status"] == "ok":
+            for name in PRUNED:
+                shutil.rmtree(os.path.join(rec["run_dir"], name), ignore_errors=True)
+    save_records(out, records)
+    return suite_runs.print_outcome(sweep, runs, result)
 
 
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.run_timeout is not None:
+        from core.config import ConfigError
+        raise ConfigError("--run-timeout is gone: the suite runs through python -m pipelines.sweep, which stops "
+                          "runs only by signal; valid: a smaller --set total_env_steps=N, or Ctrl-C then --resume")
     out = args.out or os.path.join(REPO, QUICK_OUT if args.quick else DEFAULT_OUT)
     report_dir = args.report_dir or (out[:-5] if out.endswith(".json") else out + "-report")
     records = load_records(out)
     if not args.render_only:
-        seeds, default_seeds = seed_counts(args)
-        if args.quick and not args.configs:   # the quick subset: its files only, no variants
-            entries = [(c, ()) for c in QUICK if not any(_matches((c, ()), pat) for pat in args.exclude)]
-        else:
-            entries = select_entries(args.configs, args.exclude)
-        plan = plan_runs(entries, seeds, default_seeds, args.overrides, quick=args.quick)
-        if args.dry_run:
-            _print_plan(plan, args.runs_dir, git_state()[0])
-            return 0
-        try:
-            run_plan(plan, records, args, out)
-        except KeyboardInterrupt:
-            print(f"interrupted; finished runs are in {out} (continue with --resume)", file=sys.stderr)
-            return 130
+        code = _run(args, records, out)
+        if args.dry_run or code == suite_runs.STOPPED:
+            return code
     result = render(records, report_dir, args.commit)
     if result is None:
         print(f"no records in {out}; nothing to render")

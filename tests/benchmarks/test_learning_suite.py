@@ -1,4 +1,4 @@
-"""benchmarks.studies.learning_suite: records from run dirs, exact aggregates, table, plots, plan, resume, one real run."""
+"""benchmarks.studies.learning_suite: records from run dirs, exact aggregates, table, plots, the spec, one real sweep."""
 import json
 import os
 import subprocess
@@ -156,57 +156,76 @@ def test_write_suite_report_writes_one_png_per_config(tmp_path):
     assert "![configs-x-yaml.png](configs-x-yaml.png)" in md
 
 
-# -- plan, selection, records file ------------------------------------------------------------------------------------
+# -- spec, selection, records file -------------------------------------------------------------------------------------
 def _args(*argv):
     return suite.build_parser().parse_args(list(argv))
 
 
-@pytest.mark.parametrize("argv, expected", [((), (5, 10)), (("--seeds", "3"), (3, 3)),
-                                            (("--seeds", "3", "--default-seeds", "7"), (3, 7)),
-                                            (("--default-seeds", "1"), (5, 1)), (("--quick",), (2, 2)),
-                                            (("--quick", "--seeds", "4"), (4, 4))])
-def test_seed_counts(argv, expected):
-    assert suite.seed_counts(_args(*argv)) == expected
+def _names(*argv):
+    from pipelines.sweeps.spec import expand
+    return [r.name for r in expand(suite.study_spec(_args(*argv)))]
 
 
-def test_plan_is_seed_major_and_default_gets_its_own_count():
-    entries = suite.select_entries(["default.yaml", "configs/pendulum-d4pg.yaml"], [])
-    plan = suite.plan_runs(entries, seeds=2, default_seeds=3, overrides=["total_env_steps=4096"])
-    assert [(r.config, r.seed) for r in plan] == [
-        ("configs/default.yaml", 0), ("configs/pendulum-d4pg.yaml", 0), ("configs/default.yaml", 1),
-        ("configs/pendulum-d4pg.yaml", 1), ("configs/default.yaml", 2)]
-    assert {r.budget for r in plan} == {4096} and plan[1].target_return == -200.0
-    assert plan[0].label == "configs/default.yaml total_env_steps=4096"
-    assert plan[0].command("/r")[1:] == ["-m", "pipelines.train", "--config", "configs/default.yaml", "--seed", "0",
-                                         "--run-dir", "/r", "--no-progress", "--set", "total_env_steps=4096"]
+def test_the_suite_spec_runs_every_shipped_config_and_the_central_variant():
+    from pipelines.sweeps.spec import expand
+    spec = suite.study_spec(_args())
+    shipped = sorted(os.path.relpath(os.path.join(d, n), ROOT) for d, _, names in os.walk(os.path.join(ROOT, "configs"))
+                     for n in names if n.endswith(".yaml"))
+    assert sorted({suite_runs.repo_path(e.config) for e in spec.entries()}) == shipped
+    runs = expand(spec)
+    assert len(runs) == 10 + 18 * 5 and len(shipped) == 18
+    assert [r.name for r in runs if r.config.endswith("cartpole-vtrace.yaml")] == \
+        [f"cartpole-vtrace__s{s}" for s in range(5)] + [f"cartpole-vtrace-central__s{s}" for s in range(5)]
 
 
-def test_selection_covers_every_shipped_config_and_the_central_variant():
-    entries = suite.select_entries(None, [])
-    configs = {c for c, _ in entries}
-    assert "configs/default.yaml" in configs and "configs/actorq/cartpole-dqn.yaml" in configs
-    assert configs == set(suite.shipped_configs())
-    assert ("configs/cartpole-vtrace.yaml", ("inference=central",)) in entries
-    vtrace = suite.select_entries(["*vtrace*"], ["configs/pong-vtrace.yaml", "* inference=central"])
-    assert vtrace == [("configs/cartpole-vtrace.yaml", ())]
-    assert [c for c, _ in suite.select_entries(["configs/actorq/*"], [])] == [
-        c for c in suite.shipped_configs() if c.startswith("configs/actorq/")]
+@pytest.mark.parametrize("argv, expected", [
+    (("--configs", "default.yaml"), [f"default__s{s}" for s in range(10)]),
+    (("--configs", "default.yaml", "pendulum-d4pg.yaml", "--seeds", "2"),
+     ["default__s0", "default__s1", "pendulum-d4pg__s0", "pendulum-d4pg__s1", "actorq-pendulum-d4pg__s0",
+      "actorq-pendulum-d4pg__s1"]),      # a file name matches configs/ and configs/actorq/ alike
+    (("--configs", "default.yaml", "configs/pendulum-d4pg.yaml", "--seeds", "1", "--default-seeds", "2"),
+     ["default__s0", "default__s1", "pendulum-d4pg__s0"]),
+    (("--configs", "*vtrace*", "--exclude", "configs/pong-vtrace.yaml", "* inference=central", "--seeds", "1"),
+     ["cartpole-vtrace__s0"]),
+    (("--configs", "cartpole-vtrace-central", "--seeds", "1"), ["cartpole-vtrace-central__s0"]),
+    (("--quick",), ["default__s0", "default__s1", "cartpole-vtrace__s0", "cartpole-vtrace__s1"]),
+    (("--quick", "--seeds", "1"), ["default__s0", "cartpole-vtrace__s0"]),
+])
+def test_selection_and_seeds_narrow_the_spec(argv, expected):
+    assert _names(*argv) == expected
+
+
+def test_labels_are_the_config_path_and_its_overrides_in_order(tmp_path):
+    from pipelines.sweeps import SweepDir
+    from pipelines.sweeps.spec import expand
+    spec = suite.study_spec(_args("--quick", "--seeds", "1", "--set", "eval.episodes=3"))
+    runs = expand(spec)
+    sweep = SweepDir(str(tmp_path / "s"))
+    sweep.create(spec, runs)
+    os.makedirs(os.path.dirname(sweep.run_dir(runs[0].name)), exist_ok=True)
+    os.rename(_run_dir(tmp_path, "r0"), sweep.run_dir(runs[0].name))   # one finished run, one never started
+    (rec,) = suite.suite_records(sweep, runs, "c0ffee", False)
+    assert rec["label"] == "configs/default.yaml total_env_steps=40000 eval.episodes=3"
+    assert (rec["status"], rec["seed"], rec["final_return"], rec["git_commit"]) == ("ok", 0, 488.5, "c0ffee")
+    assert rec["command"].startswith("python -m pipelines.train --config configs/default.yaml --seed 0 --set ")
 
 
 def test_quick_plan(capsys):
     assert suite.main(["--quick", "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == "4 runs, 480,000 env steps at most"
-    assert "--config configs/default.yaml --seed 1" in out[2] and out[2].endswith("--set total_env_steps=40000")
+    assert len(out) == 5 and out[-1].startswith("4 runs -> ")
+    assert "--config " in out[1] and "--seed 1 " in out[1] and "--set total_env_steps=40000 " in out[1]
 
 
 def test_bad_input_one_line_errors(tmp_path, capsys):
     assert suite.main(["--configs", "nope*", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --configs 'nope*' matches no config; shipped: configs/actorq/") and \
-        err.count("\n") == 1
-    assert suite.main(["--configs", "default.yaml", "--set", "agent.n_step=0", "--dry-run"]) == 2
-    assert capsys.readouterr().err.startswith("error: config key 'agent.n_step'")
+    assert err.startswith("error: --configs 'nope*' matches no config of the spec; its configs: configs/actorq/") \
+        and err.count("\n") == 1
+    assert suite.main(["--configs", "default.yaml", "--set", "agent.n_step=0", "--runs-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: run default__s0: config key 'agent.n_step'")
+    assert suite.main(["--run-timeout", "5", "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith("error: --run-timeout is gone: ")
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
     assert suite.main(["--out", str(bad), "--render-only"]) == 2
@@ -214,25 +233,19 @@ def test_bad_input_one_line_errors(tmp_path, capsys):
     assert bad.read_text() == "[1, 2"   # nothing overwritten
 
 
-def test_records_upsert_resume_and_render_pick_one_commit(tmp_path, capsys):
+def test_records_upsert_and_render_pick_one_commit(tmp_path):
     commit = common.git_state()[0]
     out = str(tmp_path / "s.json")
-    plan = suite.plan_runs(suite.select_entries(["default.yaml"], []), 2, 2, ["total_env_steps=2048"])
-    recs = [dict(_rec(r.label, r.seed, 1024, 5.0, 480.0), git_commit=commit, date=f"2026-01-0{r.seed + 1}",
-                 command="python -m pipelines.train ...", process_wall_s=9.0, env_steps=1024) for r in plan]
+    recs = [dict(_rec("configs/default.yaml total_env_steps=2048", s, 1024, 5.0, 480.0), git_commit=commit,
+                 date=f"2026-01-0{s + 1}", command="python -m pipelines.train ...", process_wall_s=9.0) for s in (0, 1)]
     old = dict(recs[0], git_commit="0" * 40, final_return=1.0, date="2025-01-01")
     suite.save_records(out, [old] + recs)
     records = suite.load_records(out)
     suite.upsert(records, dict(recs[1], final_return=490.0))
     assert len(records) == 3 and records[2]["final_return"] == 490.0
-    args = _args("--resume", "--no-progress", "--runs-dir", str(tmp_path / "runs"))
-    suite.run_plan(plan, records, args, out)   # both recorded for this commit: nothing runs
-    assert "2 runs planned, 2 already recorded, 0 to run" in capsys.readouterr().out
-    assert not (tmp_path / "runs").exists()
     result = suite.render(records, str(tmp_path / "rep"), None)
     assert [r["runs"] for r in result["rows"]] == [2]   # the other commit's record is left out
     assert suite.render(records, str(tmp_path / "rep0"), "0000")["rows"][0]["median_final_return"] == 1.0
-
 
 
 def test_render_keeps_each_label_at_its_own_newest_commit(tmp_path):
@@ -251,82 +264,38 @@ def test_render_keeps_each_label_at_its_own_newest_commit(tmp_path):
     md = (tmp_path / "rep" / "learning-suite.md").read_text()
     assert f"- commit {b}: y" in md and f"- commit {head}: x" in md
 
-def test_eta_model():
-    plan = suite.plan_runs(suite.select_entries(["default.yaml", "configs/pendulum-d4pg.yaml"], []), 1, 1,
-                           ["total_env_steps=10000"])
-    eta = suite_runs.EtaModel()
-    assert eta.remaining_s(plan) is None and eta.text(plan).startswith("ETA ?")
-    for wall in (10.0, 30.0, 20.0):
-        eta.add({"label": plan[0].label, "status": "ok", "process_wall_s": wall, "env_steps": 5000})
-    eta.add({"label": plan[0].label, "status": "failed", "process_wall_s": 1.0, "env_steps": 0})   # ignored
-    assert eta.expected_s(plan[0]) == 20.0   # the median of its label's runs
-    # no pendulum run yet: budget 10,000 at 15,000 steps / 60 s = 250 steps/s -> 40 s + start-up guess
-    assert eta.expected_s(plan[1]) == 40.0 + suite_runs.STARTUP_GUESS_S
-    assert eta.remaining_s(plan, elapsed_in_first=5.0) == 15.0 + 50.0 and eta.text(plan, 5.0) == "ETA 0:01:05"
 
-
-def test_metrics_tail_follows_env_steps_and_keeps_partial_lines(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    tail = suite_runs.MetricsTail(str(path))
-    assert tail.poll() == 0   # not there yet
-    commit = json.dumps({"kind": "commit", "step": 2048}) + "\n"
-    learner = json.dumps({"kind": "learner", "step": 90000}) + "\n"   # learner steps, not env steps
-    ev = json.dumps({"kind": "eval", "step": 4096, "mean": 480.0, "confirmed_mean": 477.5}) + "\n"
-    path.write_text(commit + learner + ev[:20])
-    assert tail.poll() == 2048 and tail.last_eval is None
-    with open(path, "a") as f:
-        f.write(ev[20:])
-    assert tail.poll() == 4096 and tail.last_eval == 477.5
-
-
-def test_resume_harvests_a_finished_run_dir_without_training(tmp_path):
-    run = suite.plan_runs([("configs/default.yaml", ())], 1, 1, [])[0]
-    run_dir = _run_dir(tmp_path, "seed-0")   # finished (summary.json), but the suite stopped before recording it
-    rec = suite_runs.run_one(run, run_dir, "c0ffee", False, progress=False, harvest=True)
-    assert rec["status"] == "ok" and rec["process_wall_s"] is None and rec["final_return"] == 488.5
-    assert (rec["label"], rec["seed"], rec["git_commit"]) == ("configs/default.yaml", 0, "c0ffee")
-    assert not os.path.exists(rec["log"])   # nothing was started
-
-
-# -- real subprocess runs (small) -------------------------------------------------------------------------------------
+# -- a real sweep (2 tiny runs) -----------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_failed_and_timed_out_runs_are_recorded(tmp_path):
-    bad = suite_runs.PlannedRun("configs/no-such.yaml", (), 0, 100, "local", 475.0)
-    rec = suite_runs.run_one(bad, str(tmp_path / "bad" / "seed-0"), "c0ffee", False, progress=False)
-    assert rec["status"] == "failed" and rec["returncode"] == 2 and rec["reached"] is False
-    assert rec["error"].startswith("error: ") and "no-such.yaml" in rec["error"]
-    slow = suite.plan_runs([("configs/default.yaml", ())], 1, 1, ["executor=local"])[0]
-    rec = suite_runs.run_one(slow, str(tmp_path / "slow" / "seed-0"), "c0ffee", False, timeout=1.0, progress=False)
-    assert rec["status"] == "timeout" and rec["returncode"] is None and rec["error"] == "timed out after 1 s"
-
-
-@pytest.mark.slow
-def test_suite_end_to_end_one_tiny_run_then_resume(tmp_path):
+def test_suite_end_to_end_two_tiny_runs_then_resume(tmp_path):
     out, runs = tmp_path / "suite.json", tmp_path / "runs"
     cmd = [sys.executable, "-m", "benchmarks.studies.learning_suite", "--configs", "configs/default.yaml",
-           "--seeds", "1", "--set", "total_env_steps=2048", "--set", "eval.every_env_steps=1024",
-           "--set", "replay.min_size=500", "--out", str(out), "--runs-dir", str(runs), "--no-progress"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+           "--seeds", "2", "--set", "total_env_steps=2048", "--set", "eval.every_env_steps=1024",
+           "--set", "replay.min_size=500", "--out", str(out), "--runs-dir", str(runs), "--no-progress",
+           "--workers", "2"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (rec,) = json.loads(out.read_text())["runs"]
-    assert rec["status"] == "ok" and rec["returncode"] == 0
-    assert (rec["config"], rec["seed"], rec["executor"], rec["target_return"]) == ("configs/default.yaml", 0,
-                                                                                  "dask", 475.0)
+    recs = json.loads(out.read_text())["runs"]
+    assert [(r["status"], r["seed"], r["returncode"]) for r in recs] == [("ok", 0, 0), ("ok", 1, 0)]
+    rec = recs[0]
+    assert (rec["config"], rec["executor"], rec["target_return"]) == ("configs/default.yaml", "local", 475.0)
     assert rec["env_steps"] == 2048 and rec["total_env_steps"] == 2048
     assert isinstance(rec["reached"], bool) and (rec["env_steps_to_target"] is None) == (not rec["reached"])
     assert isinstance(rec["final_return"], float) and rec["curve"] and rec["curve"][-1][0] == 2048
     assert 0 < rec["curve"][-1][1] < rec["process_wall_s"]   # eval seconds count from the train process's start
     assert rec["git_commit"] == common.git_state()[0] and rec["machine"]["cores"] == os.cpu_count()
-    assert rec["command"].startswith("python -m pipelines.train --config configs/default.yaml --seed 0 --run-dir ")
+    assert rec["command"].startswith("python -m pipelines.train --config configs/default.yaml --seed 0 --set ")
     assert os.path.exists(os.path.join(rec["run_dir"], "summary.json")) and os.path.exists(rec["log"])
     report = tmp_path / "suite"
     png = report / "configs-default-yaml-total-env-steps-2048-eval-every-env-steps-1024-replay-min-size-500.png"
     assert png.read_bytes()[:8] == PNG
-    assert "| configs/default.yaml total_env_steps=2048 eval.every_env_steps=1024 replay.min_size=500 | 475 |" \
-        in (report / "learning-suite.md").read_text()
+    assert "| configs/default.yaml total_env_steps=2048 eval.every_env_steps=1024 replay.min_size=500 | 475 | " \
+           in (report / "learning-suite.md").read_text()
+    refused = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "valid: --resume to continue it" in refused.stderr
     again = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and "1 already recorded, 0 to run" in again.stdout
-    assert json.loads(out.read_text())["runs"] == [rec]
+    assert again.returncode == 0 and "2 runs: 2 done, 0 failed" in again.stdout   # nothing ran again
+    assert json.loads(out.read_text())["runs"] == recs
 
 
 # -- benchmarks/studies/time_to_solve.py: DataBloom vs SB3 DQN / PPO --------------------------------------------------
