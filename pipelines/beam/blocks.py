@@ -41,8 +41,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from core import urls
 from core.actor import ActorSpec
 from pipelines.beam import policy_files
-from pipelines.beam.records import (eval_digest, final_path, read_json, read_record, round_digest, round_path,
-                                    write_json, write_record)
+from pipelines.beam.records import (eval_digest, final_path, log_block_metrics, read_json, read_record,
+                                    round_digest, round_path, write_json, write_record)
 from pipelines.run import stages
 from pipelines.run.evaluation_schedule import decide_evaluation, evaluation_args
 from pipelines.run.plan import TrainingPlan
@@ -339,11 +339,16 @@ def finish_run(state: Dict[str, Any], run: BlockRun) -> Dict[str, Any]:
 def end_round(ran: Tuple[List[Dict[str, Any]], Dict[str, Any]], round_index: int, run: BlockRun) -> Dict[str, Any]:
     """rounds/r<round>.json (:func:`round_digest`) of the round's ``(states, timing)`` (``work_s``,
     ``learner_fixed_s``: :func:`pipelines.beam.graph.run_blocks`); the run's close after its last block
-    (or a stop)."""
+    (or a stop). Before them, the blocks' records go to ``metrics.jsonl`` from here, once per round
+    (:func:`~pipelines.beam.records.log_block_metrics`; a crash between the two logs them again on
+    --resume, as the driver re-logs the blocks it redoes)."""
     learned, timing = ran
-    last = max(learned, key=lambda s: s["block"])
+    learned = sorted(learned, key=lambda s: s["block"])
+    last = learned[-1]
     done = last["stop"] or last["block"] >= run.plan.num_blocks - 1
+    if read_json(round_path(run.run_dir, round_index)) is None:   # a re-run round logged its blocks already
+        log_block_metrics(run.run_dir, learned)
     if done:
         finish_run(last, run)
-    digest = round_digest(round_index, sorted(learned, key=lambda s: s["block"]), done)
+    digest = round_digest(round_index, learned, done)
     return write_json(round_path(run.run_dir, round_index), {**digest, **timing})

@@ -53,23 +53,28 @@ def run_blocks(_round: int, first: int, last: int, run: BlockRun) -> Tuple[List[
     t0 = time.perf_counter()
     plan, evaluations = run.plan, run.evaluations()
     states: Dict[int, Dict[str, Any]] = {}
+    # Each step's CPU under its own name (core.stage_cpu): the round's CPU by actor, write, commit, learner
+    # and evaluation, as the driver's tasks record theirs (RunBlocks' own span covers them: counted once).
+    load_state_, load_actor_, roll, write, commit, learn, evaluate = (
+        counted(fn, run.cpu_sink) for fn in (load_state, load_actor, roll_block, write_block, commit_block,
+                                             learn_block, evaluate_block))
 
     def state(b: int) -> Dict[str, Any]:
         """State(b): this round's, else the durable record (an earlier round's, or the start)."""
         if b not in states:
-            states[b] = load_state(b, run)
+            states[b] = load_state_(b, run)
         return states[b]
 
-    actors = [load_actor(a, first, run) for a in range(len(run.actor_specs))]
+    actors = [load_actor_(a, first, run) for a in range(len(run.actor_specs))]
     for b in range(first, last + 1):
         version_state = state(plan.policy_block(b))
-        rolled = [roll_block(a, s, b, version_state, run, first, b == last) for a, s in enumerate(actors)]
+        rolled = [roll(a, s, b, version_state, run, first, b == last) for a, s in enumerate(actors)]
         actors = [s for s, _ in rolled]
-        info = write_block([results for _, results in rolled], b, run)
-        committed = commit_block(state(b - 1), b, info, [], run)
-        states[b] = learn_block(committed, b, run, save_state=b == last)
+        info = write([results for _, results in rolled], b, run)
+        committed = commit(state(b - 1), b, info, [], run)
+        states[b] = learn(committed, b, run, save_state=b == last)
         if b in evaluations:
-            evaluate_block(states[b], b, evaluations[b], run)
+            evaluate(states[b], b, evaluations[b], run)
     from pipelines.beam.learner import take_fixed_seconds
     return [states[b] for b in range(first, last + 1)], {"work_s": round(time.perf_counter() - t0, 3),
                                                          "learner_fixed_s": take_fixed_seconds(run.cfg, run.run_dir)}

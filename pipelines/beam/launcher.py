@@ -7,9 +7,11 @@ run anywhere that reaches the run directory and the runner::
     setup   : a new run's config.json, or (--resume) the newest rounds/r<round>.json
     round r : blocks b0 .. b0 + n - 1 of the plan (pipelines.run.plan; n: see "Round size")
               -> one pipeline (pipelines.beam.graph.build_block_round)
-              -> rounds/r<r>.json: every block's state digest (commit, evaluations decided,
-                 version published, learner metrics, loop counters)
-              -> metrics.jsonl (broadcast, commit, eval, learner, round), progress bar
+              -> the round's worker appends each block's commit, learner and broadcast records
+                 to metrics.jsonl (the launcher closes its logger while a round runs)
+              -> rounds/r<r>.json: the round's totals and counters, evaluations decided, version
+                 published (a few hundred bytes whatever the round's length)
+              -> metrics.jsonl (eval, round), progress bar
     finish  : rounds/final.json (written by the round that ends the run; else one Finish pipeline)
               -> summary.json
 
@@ -98,7 +100,6 @@ class RoundLauncher:
     # -- setup ---------------------------------------------------------------------------------
     def _setup(self) -> None:
         from core.agents.registry import get_builder
-        from core.metrics import MetricsLogger
         from pipelines.run.flight import LoopState
         from pipelines.run.summary import process_start
         cfg = self.cfg
@@ -113,7 +114,7 @@ class RoundLauncher:
         self.learner_steps = 0
         if last:
             self._counters(last)
-        self.log = MetricsLogger(self.run_dir, tensorboard=False)   # TensorBoard would import TensorFlow
+        self.log = self._logger()
         self.log.write("config", step=self.loop.env_steps, config=config_lib.to_dict(cfg))
         self.log.write("placement", step=self.loop.env_steps, executor="beam",
                        learner="Beam stage RunBlocks (a runner worker; blocks/b*-learn.json names it)",
@@ -122,6 +123,10 @@ class RoundLauncher:
         builder = get_builder(cfg.agent.algo)   # the registry imports no TensorFlow
         self.specs = tuple(run_setup.actor_specs(cfg, self.run_id, builder.action_selector))
         self.started_at = process_start()
+
+    def _logger(self):
+        from core.metrics import MetricsLogger
+        return MetricsLogger(self.run_dir, tensorboard=False)   # TensorBoard would import TensorFlow
 
     def _last_round(self, fs, path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
         """(next round index, the newest round record or None); names are validated before use."""
@@ -171,8 +176,12 @@ class RoundLauncher:
                 r, first = self.next_round, self.next_block
                 last = min(first + self._round_blocks(), self.plan.num_blocks) - 1
                 t0 = time.time()
-                beam_executor.run_pipeline(lambda p: build_block_round(p, self.run_spec, r, first, last),
-                                           self.options)
+                self.log.close()      # the round's worker appends its blocks' records meanwhile
+                try:
+                    beam_executor.run_pipeline(lambda p: build_block_round(p, self.run_spec, r, first, last),
+                                               self.options)
+                finally:
+                    self.log = self._logger()
                 record = self._read(round_path(self.run_dir, r), f"round {r}")
                 self._account(record, time.time() - t0)
                 self.next_round, self.next_block = r + 1, record["last_block"] + 1
@@ -214,7 +223,7 @@ class RoundLauncher:
             self.startup_s = max(pipeline_s - work, 0.0)
 
     def _account(self, record: Dict[str, Any], pipeline_s: float) -> None:
-        """metrics.jsonl records of a round (per-block detail stays in blocks/b*-learn.json)."""
+        """metrics.jsonl records of a round (its blocks' records are the worker's: records.log_block_metrics)."""
         from pipelines.run import summary as summary_lib
         self.last = record
         self._counters(record)
@@ -225,29 +234,12 @@ class RoundLauncher:
         self.recent = (self.recent + commit["returns_tail"])[-20:]
         lag_sum, lag_n = record["lag_versions"]
         self.lags += [(lag_sum / lag_n, 0.0)] * lag_n if lag_n else []
-        for block in record.get("blocks") or []:      # per block, as the driver logs them
-            self._log_block(block)
         self._measure(record, pipeline_s)
         self.log.write("round", step=self.loop.env_steps, round=record["round"], first_block=record["first_block"],
                        last_block=record["last_block"], pipeline_s=pipeline_s, learn_s=record["learn_s"],
                        work_s=record.get("work_s"), learner_fixed_s=record.get("learner_fixed_s"),
                        startup_s=round(self.startup_s, 3), block_s=round(self.block_s, 4),
                        learner_steps=self.learner_steps, learner_workers=record["learner_workers"])
-
-    def _log_block(self, block: Dict[str, Any]) -> None:
-        """A block's ``commit`` record (the driver's fields), its learner's records, its ``broadcast``."""
-        c = block["commit"]
-        if c:
-            self.log.write("commit", step=block["env_steps"], log_version=c["log_version"], shards=1,
-                           rows=c["rows"], bytes=c["bytes"], block=block["block"], write_s=c["write_s"],
-                           episodes=c["episodes"], return_sum=c["return_sum"])
-        for kind, step, fields in block["records"]:
-            self.log.write(kind, step=step, **fields)
-        p = block["published"]
-        if p:
-            self.log.write("broadcast", step=block["learner_steps"], version=p["version"],
-                           payload_bytes=p["payload_bytes"], convert_seconds=p["convert_seconds"],
-                           precision=p["precision"])
 
     # -- end of run ------------------------------------------------------------------------------
     def _finish(self, start: float) -> Dict[str, Any]:

@@ -11,6 +11,8 @@ record, a few hundred bytes per round whatever its length::
     blocks/b<b>-eval.json          the evaluation after block b (run_evaluation_task's result)
     rounds/r<round>.json           round_digest: totals and counters of the round's blocks
     rounds/final.json              the close: final evaluation, summary counters
+    metrics.jsonl                  each block's commit, learner and broadcast records, appended by
+                                   the round's worker when the round ends (log_block_metrics)
 
 Example::
 
@@ -83,7 +85,8 @@ def round_digest(round_index: int, blocks: List[Dict[str, Any]], done: bool) -> 
     """All the launcher reads of a round: counters and totals, a few hundred bytes whatever its length.
 
     The blocks' full states stay in ``blocks/b<b>-learn.json`` (durable, for
-    resume and inspection); the launcher logs one ``commit`` record per round.
+    resume and inspection); their per-block metrics go to ``metrics.jsonl`` from the
+    worker (:func:`log_block_metrics`), so the launcher's bytes per round do not grow with its length.
     """
     last = blocks[-1]
     loop = last["loop"]
@@ -107,16 +110,40 @@ def round_digest(round_index: int, blocks: List[Dict[str, Any]], done: bool) -> 
             "published": published[-1] if published else None, "versions_published": len(published),
             "loss": round(losses[-1], 5) if losses else None,
             "learn_s": round(sum(s.get("learn_s") or 0.0 for s in blocks), 3),
-            "learner_workers": sorted({s["worker"] for s in blocks if s.get("worker")}),
-            "blocks": [block_digest(s) for s in blocks]}
+            "learner_workers": sorted({s["worker"] for s in blocks if s.get("worker")})}
 
 
-def block_digest(state: Dict[str, Any]) -> Dict[str, Any]:
-    """What the launcher logs per block, as the driver does (commit, learner and broadcast records)."""
+def block_metrics(state: Dict[str, Any]) -> List[Tuple[str, int, Dict[str, Any]]]:
+    """State(b)'s ``metrics.jsonl`` records, as the driver logs a block: ``commit`` (the driver's fields),
+    the learner's records, ``broadcast``; ``(kind, step, fields)`` each. Written by the round's worker
+    (:func:`log_block_metrics`), never carried through the launcher."""
+    out: List[Tuple[str, int, Dict[str, Any]]] = []
     c = state.get("commit")
-    commit = None if not c else {"log_version": c["log_version"], "rows": c["rows"], "bytes": c["nbytes"],
-                                 "write_s": c.get("write_s"), "episodes": c.get("episodes", 0),
-                                 "return_sum": c.get("return_sum", 0.0)}
-    return {"block": state["block"], "env_steps": state["loop"]["env_steps"], "commit": commit,
-            "learner_steps": state.get("learner_steps"),
-            "records": state.get("records") or [], "published": state.get("published")}
+    if c:
+        out.append(("commit", state["loop"]["env_steps"], {
+            "log_version": c["log_version"], "shards": 1, "rows": c["rows"], "bytes": c["nbytes"],
+            "block": state["block"], "write_s": c.get("write_s"), "episodes": c.get("episodes", 0),
+            "return_sum": c.get("return_sum", 0.0)}))
+    out += [(kind, step, fields) for kind, step, fields in state.get("records") or []]
+    p = state.get("published")
+    if p:
+        out.append(("broadcast", state["learner_steps"], {
+            "version": p["version"], "payload_bytes": p["payload_bytes"], "convert_seconds": p["convert_seconds"],
+            "precision": p["precision"]}))
+    return out
+
+
+def log_block_metrics(run_dir: str, blocks: List[Dict[str, Any]]) -> None:
+    """Append the blocks' records (:func:`block_metrics`) to ``<run_dir>/metrics.jsonl`` from the worker.
+
+    The launcher holds no handle on the file while a round runs (it closes its logger around each
+    pipeline), so the worker is its only writer then, on local disk and on object stores alike.
+    """
+    from core.metrics import MetricsLogger
+    log = MetricsLogger(run_dir, tensorboard=False)
+    try:
+        for state in blocks:
+            for kind, step, fields in block_metrics(state):
+                log.write(kind, step=step, **fields)
+    finally:
+        log.close()

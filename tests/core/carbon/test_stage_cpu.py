@@ -132,7 +132,6 @@ def test_dask_stages_record_worker_cpu_through_the_executor_hook(tmp_path):
     assert r.coverage["stages_cpu_s"]["burn"] >= 0.5
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (issue 31, 2026-12-05): since the per-block Beam metrics and the one-stage round, bytes through the launcher per env step and the recorded stage names differ from what this test expects; to be fixed, not dropped")
 @pytest.mark.slow
 def test_beam_round_stages_record_their_cpu(tmp_path):
     pytest.importorskip("apache_beam")
