@@ -7,9 +7,10 @@ speedup the cost model predicts at that ratio. Lowering the ratio is the only le
 toward the actors (fewer learner steps per env step, the same network and target), so the sweep shows
 how far that lever goes before learning breaks.
 
-Reads the fp32 runs kept by ``python -m benchmarks.studies.actorq_study --keep DIR`` (one folder per setting,
-``<task>-<size>-<budget>[--<overrides>]``; a sweep point is made with ``--set
-learner.replay_ratio=R --set total_env_steps=N``), groups them by the replay ratio in their configs, and
+Reads the runs of a sweep directory (``--sweep``: the runs of ``configs/sweeps/actorq-ratio.yml``, made by
+``python -m pipelines.sweep configs/sweeps/actorq-ratio.yml --out DIR``), or the fp32 runs kept by the
+ActorQ study (``--keep DIR``, one folder per setting ``<task>-<size>-<budget>[--<overrides>]``: the layout
+of the published records, which the study's old loop made), groups them by the replay ratio in their configs, and
 prints per ratio: seeds that reached the target, env steps and learner steps to target, wall time to
 target, and the fp32 runs' learner and actor shares of wall time (``summary.json`` ``wall_split``).
 With ``--costs`` (a ``benchmarks.studies.actorq_costs --out`` file for the same config) each ratio also gets the
@@ -19,6 +20,9 @@ setting kept int8 runs too, their measured time-to-target ratio (median over see
 Usage (the committed records are packed: ``tar xzf benchmarks/results/actorq-study-runs.tar.gz -C
 benchmarks/results`` first)::
 
+    python -m pipelines.sweep configs/sweeps/actorq-ratio.yml --out sweeps/actorq-ratio --workers 1
+    python -m benchmarks.studies.actorq_ratio_sweep --sweep sweeps/actorq-ratio \
+        --costs benchmarks/results/actorq-costs-cartpole.json --out sweeps/actorq-ratio/ratio-sweep.png
     python -m benchmarks.studies.actorq_ratio_sweep --keep benchmarks/results/actorq-study-runs \\
         --task cartpole-dqn --size actorq --costs benchmarks/results/actorq-costs-cartpole.json \\
         --out benchmarks/results/actorq-ratio-sweep.png --json benchmarks/results/actorq-ratio-sweep.json
@@ -58,21 +62,42 @@ def setting_dirs(keep: str, task: str, size: str) -> List[str]:
                   if d.startswith(prefix) and os.path.isdir(os.path.join(keep, d)))
 
 
-def load_points(keep: str, task: str, size: str) -> Dict[float, Dict[str, list]]:
-    """``{replay_ratio: {precision: [Run, ...]}}`` from every kept run of the task at this size."""
+def points_of(run_dirs: Sequence[str]) -> Dict[float, Dict[str, list]]:
+    """``{replay_ratio: {precision: [Run, ...]}}`` from the finished runs among ``run_dirs``."""
     from core.report.runs import load_run
     points: Dict[float, Dict[str, list]] = {}
-    for sdir in setting_dirs(keep, task, size):
-        for name in sorted(os.listdir(sdir)):
-            rdir = os.path.join(sdir, name)
-            if not os.path.isfile(os.path.join(rdir, "summary.json")):
-                continue
-            run = load_run(rdir)
-            ratio = float(run.config["learner"]["replay_ratio"])
-            points.setdefault(ratio, {}).setdefault(run.precision, []).append(run)
+    for rdir in run_dirs:
+        if not os.path.isfile(os.path.join(rdir, "summary.json")):
+            continue
+        run = load_run(rdir)
+        ratio = float(run.config["learner"]["replay_ratio"])
+        points.setdefault(ratio, {}).setdefault(run.precision, []).append(run)
+    return points
+
+
+def load_points(keep: str, task: str, size: str) -> Dict[float, Dict[str, list]]:
+    """The points of every kept run of the task at this size (the published records' layout)."""
+    points = points_of([os.path.join(sdir, name) for sdir in setting_dirs(keep, task, size)
+                        for name in sorted(os.listdir(sdir))])
     if not points:
         raise SweepError(f"no kept runs of {task!r} at size {size!r} under {keep!r}; make them with "
                          f"python -m benchmarks.studies.actorq_study --to-target --tasks {task} --keep {keep}")
+    return points
+
+
+def sweep_points(sweep_dir: str) -> Dict[float, Dict[str, list]]:
+    """The points of a sweep directory's finished runs (``python -m pipelines.sweep configs/sweeps/actorq-ratio.yml``)."""
+    from core.config import ConfigError
+    from pipelines.sweeps.record import SweepDir
+    try:
+        sweep = SweepDir(sweep_dir)
+        _, runs = sweep.load()
+    except ConfigError as e:
+        raise SweepError(str(e)) from None
+    points = points_of([sweep.run_dir(r.name) for r in runs])
+    if not points:
+        raise SweepError(f"no run of the sweep in {sweep_dir!r} has finished; continue it with "
+                         f"python -m pipelines.sweep --resume {sweep_dir}")
     return points
 
 
@@ -212,7 +237,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--keep", default="benchmarks/results/actorq-study-runs",
                     help="the actorq_study --keep folder holding the sweep's settings (the committed records: "
                          "tar xzf benchmarks/results/actorq-study-runs.tar.gz -C benchmarks/results)")
-    ap.add_argument("--task", default="cartpole-dqn", choices=sorted(TASKS), help="the study task")
+    ap.add_argument("--sweep", metavar="SWEEP_DIR",
+                    help="read the runs of this sweep directory instead of --keep (e.g. one of "
+                         "configs/sweeps/actorq-ratio.yml)")
+    ap.add_argument("--task", default="cartpole-dqn", choices=sorted(TASKS), help="the study task (with --keep)")
     ap.add_argument("--size", default="actorq", choices=["actorq", "actor-bound", "small"],
                     help="the study --size whose settings form the sweep")
     ap.add_argument("--costs", metavar="COSTS_JSON",
@@ -231,10 +259,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     costs = json.load(f)["costs"]
             except (OSError, ValueError, KeyError) as e:
                 raise SweepError(f"--costs {args.costs!r} is not a benchmarks.studies.actorq_costs --out file ({e})")
-        points = load_points(args.keep, args.task, args.size)
+        points = sweep_points(args.sweep) if args.sweep else load_points(args.keep, args.task, args.size)
         rows = sweep_rows(points, costs, args.precision, args.cores)
         if not rows:
-            raise SweepError(f"no fp32 runs of {args.task!r} under {args.keep!r}: every ratio needs its fp32 seeds")
+            raise SweepError(f"no fp32 runs under {args.sweep or args.keep!r}: every ratio needs its fp32 seeds")
         any_run = next(iter(next(iter(points.values())).values()))[0]
         target = any_run.config["eval"].get("target_return")
         print(markdown(rows, target))

@@ -96,3 +96,30 @@ def test_the_cli_writes_table_plot_and_rows(tmp_path, capsys):
     assert "| 0.125 | 8 | 1/1" in capsys.readouterr().out
     assert png.stat().st_size > 0
     assert [r["replay_ratio"] for r in json.loads(rows.read_text())["rows"]] == [0.25, 0.125]
+
+
+def test_the_runs_of_a_ratio_sweep_directory_give_the_same_rows_as_kept_runs(tmp_path, capsys):
+    """--sweep reads a sweep of configs/sweeps/actorq-ratio.yml: its finished runs, grouped by their ratio."""
+    from pipelines.sweeps import SweepDir, expand
+    from pipelines.sweeps.spec import read_spec
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    spec = read_spec(os.path.join(repo, "configs", "sweeps", "actorq-ratio.yml"))
+    runs = expand(spec)
+    sdir = SweepDir(str(tmp_path / "sw"))
+    sdir.create(spec, runs)
+    assert sweep.main(["--sweep", sdir.root]) == 2             # nothing finished yet: one line
+    assert capsys.readouterr().err.startswith(f"error: no run of the sweep in {sdir.root!r} has finished; ")
+    made = {}
+    for name, ratio, ttt, steps in (("cartpole-dqn-r0.25__s0", 0.25, 1000.0, 60_000),
+                                    ("cartpole-dqn-r0.125__s0", 0.125, 1100.0, 104_448)):
+        d = _kept(str(tmp_path / "made"), name, "fp32", 0, ratio, ttt, steps)
+        os.renames(d, sdir.run_dir(name))
+        made[ratio] = _kept(str(tmp_path / "kept"), f"cartpole-dqn-actorq-{int(25_000 / ratio)}", "fp32", 0, ratio,
+                            ttt, steps)
+    assert [r.name for r in runs if r.seed == 0] == ["cartpole-dqn-r0.25__s0", "cartpole-dqn-r0.125__s0",
+                                                     "cartpole-dqn-r0.0625__s0", "cartpole-dqn-r0.03125__s0"]
+    rows = tmp_path / "rows.json"
+    assert sweep.main(["--sweep", sdir.root, "--json", str(rows)]) == 0
+    from_sweep = json.loads(rows.read_text())["rows"]
+    assert sweep.main(["--keep", str(tmp_path / "kept"), "--json", str(rows)]) == 0
+    assert from_sweep == json.loads(rows.read_text())["rows"] and [r["replay_ratio"] for r in from_sweep] == [0.25, 0.125]
