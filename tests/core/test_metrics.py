@@ -1,18 +1,11 @@
 """The metrics logger: JSONL written at once, TensorBoard scalars mirrored in record order."""
-import glob
 import json
+
+from tb_events import read_summaries
 
 
 def _tb_scalars(run_dir):
-    import tensorflow as tf
-    from tensorflow.core.util import event_pb2
-    out = []
-    for path in sorted(glob.glob(f"{run_dir}/tb/events.out.tfevents.*")):
-        for raw in tf.data.TFRecordDataset(path):
-            event = event_pb2.Event.FromString(raw.numpy())
-            for v in event.summary.value:
-                out.append((event.step, v.tag, float(tf.make_ndarray(v.tensor))))
-    return out
+    return [(v.step, v.tag, v.scalar) for v in read_summaries(f"{run_dir}/tb")]
 
 
 def test_jsonl_is_written_at_once_and_tensorboard_gets_every_numeric_scalar_in_order(tmp_path):

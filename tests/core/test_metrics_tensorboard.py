@@ -1,20 +1,11 @@
 """core.metrics writes a record's scalars as one raw summary: TensorBoard must read exactly what
 ``tf.summary.scalar`` wrote value by value (same steps, tags, plugin, dtype, shape and values)."""
-import glob
+from tb_events import read_summaries
 
 
 def _events(directory):
-    import tensorflow as tf
-    from tensorflow.core.util import event_pb2
-    out = []
-    for path in sorted(glob.glob(f"{directory}/events.out.tfevents.*")):
-        for raw in tf.data.TFRecordDataset(path):
-            event = event_pb2.Event.FromString(raw.numpy())
-            for v in event.summary.value:
-                out.append((event.step, v.tag, v.metadata.plugin_data.plugin_name, v.metadata.data_class,
-                            tf.dtypes.as_dtype(v.tensor.dtype).name, tuple(tf.make_ndarray(v.tensor).shape),
-                            tf.make_ndarray(v.tensor).tobytes()))
-    return out
+    """(step, tag, plugin, data class, dtype, shape, value bytes) of every summary value: compared exactly."""
+    return [tuple(v)[:7] for v in read_summaries(str(directory))]
 
 
 RECORDS = [(0, {"rows": 4096, "write_s": 0.1, "loss": 1e-30, "big": 3.4e38, "neg": -2.5, "ok": True, "name": "s"}),
