@@ -16,7 +16,6 @@ Exit status: 0 when every run finished, 1 when any run failed (each recorded wit
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import List, Optional
 

@@ -38,7 +38,7 @@ import os
 import shlex
 import shutil
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:   # run as a script or imported by tests: this checkout's core/pipelines/benchmarks
@@ -150,8 +150,7 @@ def study_spec(args: argparse.Namespace):
         own = default if e.config == DEFAULT_CONFIG else seeds
         if own is not None:
             entries[i] = dataclasses.replace(e, seeds=own)
-    spec.configs = [os.path.join(REPO, e.config) if not os.path.isabs(e.config) else e.config for e in entries]
-    spec.configs = [dataclasses.replace(e, config=c) for e, c in zip(entries, spec.configs)]
+    spec.configs = [dataclasses.replace(e, config=os.path.join(REPO, e.config)) for e in entries]  # any cwd
     spec.overrides = spec.overrides + list(args.overrides)
     return spec
 

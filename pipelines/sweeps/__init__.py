@@ -27,7 +27,8 @@ Example::
 from pipelines.sweeps.launch import LocalBackend
 from pipelines.sweeps.record import Status, SweepDir
 from pipelines.sweeps.runner import run_sweep
-from pipelines.sweeps.spec import RunSpec, SweepSpec, expand, parse_grid, parse_seeds, validate_runs
+from pipelines.sweeps.spec import (ConfigEntry, RunSpec, SweepSpec, expand, parse_grid, parse_seeds, read_spec,
+                                   validate_runs)
 
-__all__ = ["LocalBackend", "RunSpec", "Status", "SweepDir", "SweepSpec", "expand", "parse_grid", "parse_seeds",
-           "run_sweep", "validate_runs"]
+__all__ = ["ConfigEntry", "LocalBackend", "RunSpec", "Status", "SweepDir", "SweepSpec", "expand", "parse_grid",
+           "parse_seeds", "read_spec", "run_sweep", "validate_runs"]
