@@ -12,6 +12,10 @@ Fewer rows are padded into the same tensor (the extra rows are computed and
 dropped); more rows run in ``batch_size`` chunks. Use :meth:`resize` if the
 actor's batch changes for good.
 
+A payload with no network (:meth:`PolicyPayload.uniform`, a stand-in for
+actors that act uniformly) runs no interpreter: its outputs are zeros, and its
+:attr:`~LiteRTPolicy.version` is None, so the first real payload replaces it.
+
 Version swaps never stall the actor: :meth:`update` builds and allocates the
 new interpreter first, then replaces one reference. A call already running
 finishes on the old interpreter. One policy object serves one thread at a
@@ -26,6 +30,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from core.quantize import PolicyPayload
@@ -35,9 +41,12 @@ class _Runner:
     """One allocated interpreter for one payload and batch size."""
 
     def __init__(self, payload: PolicyPayload, batch_size: int, num_threads: int):
-        from ai_edge_litert.interpreter import Interpreter
         self.payload = payload
         self.batch_size = batch_size
+        if not payload.has_network:      # PolicyPayload.uniform: zeros, no interpreter
+            self.interpreter = None
+            return
+        from ai_edge_litert.interpreter import Interpreter
         self.interpreter = Interpreter(model_content=payload.data, num_threads=num_threads)
         in_detail = self.interpreter.get_input_details()[0]
         out_detail = self.interpreter.get_output_details()[0]
@@ -51,6 +60,8 @@ class _Runner:
 
     def run(self, obs: np.ndarray) -> np.ndarray:
         n = obs.shape[0]
+        if self.interpreter is None:
+            return np.zeros((n, self.payload.output_dim), np.float32)
         if n == self.batch_size:
             self.input_view()[...] = obs
             self.interpreter.invoke()
@@ -79,8 +90,10 @@ class LiteRTPolicy:
         self._runner = _Runner(payload, int(batch_size), self.num_threads)
 
     @property
-    def version(self) -> int:
-        return self._runner.payload.version
+    def version(self) -> Optional[int]:
+        """The payload's version; None for a payload with no network (any real payload replaces it)."""
+        payload = self._runner.payload
+        return payload.version if payload.has_network else None
 
     @property
     def precision(self) -> str:

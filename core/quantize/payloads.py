@@ -48,3 +48,22 @@ class PolicyPayload:
     def __repr__(self) -> str:
         return f"PolicyPayload({self.describe()})"
 
+    @property
+    def has_network(self) -> bool:
+        """False for :meth:`uniform`'s stand-in: no flatbuffer, its policy outputs zeros."""
+        return self.precision != UNIFORM
+
+    @classmethod
+    def uniform(cls, version: int, input_dim: int, output_dim: int) -> "PolicyPayload":
+        """A stand-in for ``version`` with no network: its policy outputs ``[B, output_dim]`` zeros.
+
+        For actors whose every action is drawn uniformly whatever the policy outputs (epsilon-greedy
+        at epsilon >= 1): they act exactly as with ``version`` itself, and nobody waits for
+        TensorFlow to convert it (``pipelines.run.policy_versions``, block 0 of a run).
+        """
+        return cls(int(version), UNIFORM, b"", 0.0, int(input_dim), int(output_dim), "none")
+
+
+#: The precision of :meth:`PolicyPayload.uniform` (no network; not a broadcast precision).
+UNIFORM = "uniform"
+

@@ -105,3 +105,15 @@ def test_unpickled_int8_payload_runs_and_reports_precision(nets):
     assert (policy.version, policy.precision) == (4, "int8-dynamic")
     np.testing.assert_allclose(policy(x), nets[0](x).numpy(), atol=0.02)
     np.testing.assert_array_equal(policy.greedy(x), policy(x).argmax(-1))
+
+
+def test_a_uniform_payload_outputs_zeros_and_any_real_payload_replaces_it(nets, payloads):
+    from core.quantize import PolicyPayload
+    stand_in = pickle.loads(pickle.dumps(PolicyPayload.uniform(1, 4, 2)))
+    assert (stand_in.has_network, stand_in.nbytes, payloads[0].has_network) == (False, 0, True)
+    policy = LiteRTPolicy(stand_in, batch_size=8)
+    assert policy.version is None and policy.precision == "uniform"   # never equal to a learner version
+    np.testing.assert_array_equal(policy(obs(3)), np.zeros((3, 2), np.float32))
+    assert policy.update(payloads[0]) is True and policy.version == 1
+    x = obs(8, seed=7)
+    np.testing.assert_allclose(policy(x), nets[0](x).numpy(), atol=1e-5)
