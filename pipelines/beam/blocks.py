@@ -4,9 +4,10 @@ Write, Commit, Learn, Evaluate, RoundEnd, and the run's close.
 Each takes the run (:class:`BlockRun`: config, run directory, actor specs) and JSON records, so
 each can be called, and tested, without a pipeline.
 
-Every rule is the driver's (:mod:`pipelines.run.driver`, via :mod:`pipelines.run.plan`):
-exploration by the block's planned env steps, evaluation blocks and seeds,
-``STOP_DELAY``, best-version keeping, version and checkpoint cadence.
+Every rule is the driver's (:mod:`pipelines.run.driver`): the block rules are the same functions
+(:mod:`pipelines.run.block_rules`: commit metadata, GC cadence, version, evaluation and checkpoint
+decisions), the rest comes from :mod:`pipelines.run.plan` (exploration by the block's planned env
+steps, ``STOP_DELAY``) and :mod:`pipelines.run.evaluation_schedule` (seeds, best-version keeping).
 
 Idempotent: every stage first looks for its own record
 (:mod:`pipelines.beam.records`; Learn's and Evaluate's are written last,
@@ -43,7 +44,7 @@ from core.actor import ActorSpec
 from pipelines.beam import policy_files
 from pipelines.beam.records import (eval_digest, final_path, log_block_metrics, read_json, read_record,
                                     round_digest, round_path, write_json, write_record)
-from pipelines.run import stages
+from pipelines.run import block_rules, stages
 from pipelines.run.evaluation_schedule import decide_evaluation, evaluation_args
 from pipelines.run.plan import TrainingPlan
 
@@ -66,7 +67,7 @@ class BlockRun:
         return urls.join(self.run_dir, "replay")
 
     def evaluations(self) -> Dict[int, int]:
-        return self.plan.evaluation_blocks(self.cfg.eval.every_env_steps)
+        return block_rules.evaluation_blocks(self.plan, self.cfg.eval.every_env_steps)
 
 
 def _version_of(state: Dict[str, Any]) -> int:
@@ -246,10 +247,10 @@ def commit_block(state: Dict[str, Any], block: int, info: Optional[Dict[str, Any
         cfg = run.cfg
         store = ReplayStore.open(run.store_url, **cfg.replay.writer_options())
         log_version = stages.commit_stage(store, [done["commit"]["shard_id"]],
-                                          meta={"policy_version": done["commit"]["version"], "block": block,
-                                                "episodes": done["commit"].get("episodes", 0)},   # the driver's
+                                          meta=block_rules.commit_meta(block, done["commit"]["version"],
+                                                                       done["commit"].get("episodes", 0)),
                                           retention_transitions=cfg.replay.retention_transitions)
-        if log_version % 100 == 0:    # the driver's occasional GC
+        if block_rules.gc_due(log_version):
             stages.gc_stage(store, cfg.replay.gc_grace_s)
         done["commit"]["log_version"] = log_version
         write_record(run.run_dir, block, "commit", done)
@@ -298,7 +299,8 @@ def learn_block(state: Dict[str, Any], block: int, run: BlockRun, save_state: bo
     t0 = time.time()
     learner = learner_for(cfg, run.run_dir)
     target = plan.learner_target(loop["env_steps"])
-    due = plan.version_due(state["learner_steps"], target, state["last_broadcast_step"], cfg.actors.broadcast_period)
+    due = block_rules.version_due(state["learner_steps"], target, state["last_broadcast_step"],
+                                  cfg.actors.broadcast_period)
     learned = learner.learn(block, target, loop["policy_version"] + 1 if due else None, save_state)
     steps = learned["steps"]
     if learned["published"] is not None:
@@ -310,7 +312,7 @@ def learn_block(state: Dict[str, Any], block: int, run: BlockRun, save_state: bo
     loop["block"] = block + 1
     out.update(loop=loop, learner_steps=steps, records=records_json(learned["records"]),
                learn_s=time.time() - t0, worker=f"{socket.gethostname()} pid {os.getpid()}")
-    if plan.checkpoint_due(steps, state["last_ckpt_step"], cfg.checkpoint.every_steps):
+    if block_rules.checkpoint_due(steps, state["last_ckpt_step"], cfg.checkpoint.every_steps):
         out["last_ckpt_step"] = steps
         learner.checkpoint(block, loop)
     return write_record(run.run_dir, block, "learn", out)

@@ -43,6 +43,7 @@ import numpy as np
 from core import config as config_lib
 from core import urls
 from core.metrics import MetricsLogger
+from pipelines.run import block_rules
 from pipelines.run import resume as resume_lib
 from pipelines.run import setup as run_setup
 from pipelines.run import stages
@@ -278,14 +279,15 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
         # The plan fixes the block's learner steps, so whether it ends with a new version is known now:
         # the stage quantizes it in the same call (one round trip per block when it is on a worker).
         target = f.plan.learner_target(self.loop.env_steps)
-        due = max(self.learner_steps, target) - f.last_broadcast_step >= self.cfg.actors.broadcast_period
+        due = block_rules.version_due(self.learner_steps, target, f.last_broadcast_step,
+                                      self.cfg.actors.broadcast_period)
         publish = self._next_version() if due else None
         f.learning_since = time.time()
         f.learning = self.stage.call("learn_block", b, target, publish, self._keep_versions())
         return True
 
     def _end_block(self, f: Flight, b: int, out: Dict[str, Any]) -> None:
-        """After learner block ``b``: the planned version, evaluation and checkpoint."""
+        """After learner block ``b``: the planned version, evaluation and checkpoint (:func:`block_rules.learn_end`)."""
         cfg = self.cfg
         self.learner_steps = out["steps"]
         if out["published"] is not None:
@@ -294,11 +296,13 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
         f.versions[b] = (self.payload_ref, self.loop.policy_version)
         for old in [v for v in f.versions if v < f.plan.policy_block(f.next_submit)]:
             del f.versions[old]      # no block left to submit acts with it
-        if self.loop.env_steps >= f.next_eval and self.learner_steps > 0:
-            f.next_eval = (self.loop.env_steps // cfg.eval.every_env_steps + 1) * cfg.eval.every_env_steps
+        end = block_rules.learn_end(self.loop.env_steps, self.learner_steps, f.next_eval, f.last_ckpt_step,
+                                    cfg.eval.every_env_steps, cfg.checkpoint.every_steps)
+        if end.evaluate:
+            f.next_eval = end.next_eval
             self._evaluate(f, b, self.loop.env_steps)
         self.loop.block = b + 1
-        if self.learner_steps - f.last_ckpt_step >= cfg.checkpoint.every_steps:
+        if end.checkpoint:
             f.last_ckpt_step = self.learner_steps
             f.timed("checkpoint", self._checkpoint, f)
 

@@ -280,17 +280,19 @@ def test_a_rerun_round_with_its_learner_changes_nothing(tmp_path):
 # -- the plan's rules, as Beam applies them ----------------------------------------------------
 def test_evaluation_blocks_follow_the_driver_rule():
     """The driver evaluates after a block whose rows reach the next multiple of eval.every_env_steps
-    (once the learner has stepped); Beam places Evaluate<b> stages by the same rule, numbered for seeds."""
+    (once the learner has stepped); Beam places Evaluate<b> stages by the same rule (the same function,
+    pipelines.run.block_rules.learn_end), numbered for seeds."""
     from core.config import load_config
+    from pipelines.run.block_rules import evaluation_blocks
     from pipelines.run.plan import TrainingPlan
     settings = ["total_env_steps=4096", "eval.every_env_steps=2048"]          # test_determinism's
-    assert TrainingPlan.from_config(load_config(overrides=settings)).evaluation_blocks(2048) == {1: 1, 3: 2}
+    assert evaluation_blocks(TrainingPlan.from_config(load_config(overrides=settings)), 2048) == {1: 1, 3: 2}
     default = TrainingPlan.from_config(load_config())                          # 1,024-row blocks, every 4,000
-    assert list(default.evaluation_blocks(4000).items())[:5] == [(3, 1), (7, 2), (11, 3), (15, 4), (19, 5)]
+    assert list(evaluation_blocks(default, 4000).items())[:5] == [(3, 1), (7, 2), (11, 3), (15, 4), (19, 5)]
     tiny = TrainingPlan.from_config(_tiny_config(total_env_steps=4 * 128))
-    assert tiny.evaluation_blocks(100) == {0: 1, 1: 2, 2: 3, 3: 4}     # every block crosses a multiple of 100
+    assert evaluation_blocks(tiny, 100) == {0: 1, 1: 2, 2: 3, 3: 4}     # every block crosses a multiple of 100
     late = TrainingPlan.from_config(_tiny_config(total_env_steps=4 * 128, replay={"min_size": 300}))
-    assert late.evaluation_blocks(128) == {2: 1, 3: 2}                 # no learner step before 300 rows
+    assert evaluation_blocks(late, 128) == {2: 1, 3: 2}                 # no learner step before 300 rows
 
 
 @pytest.mark.parametrize("value", ["0", "x", "-1"])
