@@ -51,7 +51,9 @@ class PolicyVersions:
 
         Needs ``cfg``, ``spec``, ``builder``, ``plan``, ``loop``, ``run_id``, ``store_url`` and the
         executor, not the learner stage. Returns the Flight of block 0 alone (for
-        :meth:`_adopt_first_block`), or None: a resumed run, or a block 0 that acts with the policy.
+        :meth:`_adopt_first_block`), or None: a resumed run, a block 0 that acts with the policy, a
+        learner placed on a worker (placed first, so that actors keep off its worker) or SEED mode
+        (its actors stream to the server).
         """
         import dataclasses
 
@@ -59,7 +61,7 @@ class PolicyVersions:
         from pipelines.run import setup as run_setup
         from pipelines.run.flight import Flight
         cfg, plan = self.cfg, self.plan
-        if self.resume or self.loop.block or not all(
+        if self.resume or self.loop.block or cfg.learner.resources or cfg.inference == "central" or not all(
                 acts_uniformly(self.builder.action_selector, self.builder.exploration(cfg.agent, 0, a))
                 for a, _ in plan.tasks(0)):
             return None
