@@ -40,7 +40,7 @@ scheduler core sustain, names the first to saturate, plots and writes
 
 Example::
 
-    python benchmarks/studies/cluster_scale.py                         # N = 1..64, ~8 min on 2 cores
+    python benchmarks/studies/cluster_scale.py                         # N = 1..64, ~14 min on 2 cores
     python benchmarks/studies/cluster_scale.py --quick                 # N = 1 2 4, short runs
     python benchmarks/studies/cluster_scale.py --obs 84x84x4-uint8 --workers 1 4 --seconds 10 \\
         --out benchmarks/results/cluster-scale-atari.json --plot ''   # Atari-sized frames
@@ -76,8 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", type=int, nargs="+", default=list(DEFAULT_WORKERS),
                    help="actor counts N to sweep, one actor per worker thread (default: 1 2 4 8 16 32 64)")
-    p.add_argument("--step-us", type=int, default=1000,
-                   help="wall microseconds one env step waits (default 1000: one actor ~ 1k env steps/s)")
+    p.add_argument("--step-us", type=int, default=10000,
+                   help="wall microseconds one env step waits (default 10000: one actor ~ 100 env steps/s, so "
+                        "that the actors' own CPU, ~150-280 us per env step here (inference, shard writes), stays "
+                        "under this machine's two cores up to N = 64; at 1000, N = 32 would need 3-6 cores and "
+                        "the study would measure contention, not orchestration)")
     p.add_argument("--obs", default="4-float32",
                    help="observation of the waiting env, <shape>-<dtype>: 4-float32 (CartPole-sized, default) "
                         "or 84x84x4-uint8 (Atari-sized frames)")
