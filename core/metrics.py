@@ -5,6 +5,12 @@ Each record is one JSON line ``{"kind": ..., "time": ..., **values}`` in
 ``<run_dir>/tb/`` when TensorFlow is importable and the run dir is local
 (``tensorboard --logdir runs/``). Non-scalar values go to JSONL only.
 
+On an object store (``s3://``, ``gs://``) there is no append: fsspec uploads
+an appended file when it is closed. The logger therefore closes and reopens
+the remote file at the first write after every :data:`PUBLISH_S` seconds, so a
+trainer killed mid-run loses at most the records of its last ``PUBLISH_S``
+seconds, not every record of that attempt.
+
 Example::
 
     with MetricsLogger("runs/a") as log:
@@ -53,14 +59,21 @@ def _write_scalars(writer, step: int, scalars: List) -> None:
         tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
 
 
+#: Seconds between uploads of a remote metrics file (see the module docstring).
+PUBLISH_S = 10.0
+
+
 class MetricsLogger:
     """Append-only JSONL metrics with optional TensorBoard mirroring."""
 
-    def __init__(self, run_dir: str, tensorboard: bool = True):
+    def __init__(self, run_dir: str, tensorboard: bool = True, publish_s: float = PUBLISH_S):
         self.run_dir = urls.normalize(run_dir)
         fs, path = urls.resolve(self.run_dir)
         fs.makedirs(path, exist_ok=True)
-        self._file = fs.open(f"{path}/metrics.jsonl", "a")
+        self._fs, self._path = fs, f"{path}/metrics.jsonl"
+        self._file = fs.open(self._path, "a")
+        self._publish_s = publish_s if urls.is_remote(self.run_dir) else None
+        self._published = time.monotonic()
         self._tb = None
         if tensorboard and not urls.is_remote(self.run_dir) and urls.scheme_of(self.run_dir) == "file":
             try:
@@ -76,12 +89,21 @@ class MetricsLogger:
         record.update(_jsonable(values))
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        if self._publish_s is not None and time.monotonic() - self._published >= self._publish_s:
+            self.publish()
         if self._tb is not None and step is not None:
             scalars = [(f"{kind}/{k}", float(v)) for k, v in values.items()
                        if isinstance(v, numbers.Number) and not isinstance(v, bool)]
             if scalars:
                 _write_scalars(self._tb, int(step), scalars)
         return record
+
+    def publish(self) -> None:
+        """Upload the records so far to an object store (close the appended file, reopen it)."""
+        if self._publish_s is not None:
+            self._file.close()
+            self._file = self._fs.open(self._path, "a")
+            self._published = time.monotonic()
 
     def close(self) -> None:
         self._file.close()

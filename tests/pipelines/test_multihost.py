@@ -17,11 +17,12 @@ same run by ``--executor local`` on a local directory:
 
 1. every process of ``w1`` SIGKILLed after the second commit, then the store host's
    link down for 15 s: the run says that it waits on the store, and finishes;
-2. the client SIGKILLed after its first checkpoint: an immediate ``--resume`` is
+2. the client SIGKILLed after a checkpoint: an immediate ``--resume`` is
    refused with one line naming when the dead trainer's lease expires
    (``DATABLOOM_RUN_LEASE_S=10``), and a ``--resume`` after that finishes the run.
 
-No shard is committed twice, the ``placement`` record names ``w0`` for the learner,
+No shard is committed twice, the ``placement`` record names ``w0`` for the learner, the
+killed attempt's metrics records survive (uploaded every ``core.metrics.PUBLISH_S``),
 and no line of the trainer's output is an error that is not one. Needs root (network
 namespaces): without it the test fails with one line, in CI too. About 4 minutes.
 """
@@ -176,8 +177,11 @@ def test_a_lost_worker_host_and_a_store_outage_change_nothing(cluster, local_run
 def test_a_killed_client_resumes_after_its_lease_expires(cluster, local_run, tmp_path):
     lease = {"DATABLOOM_RUN_LEASE_S": "10"}
     proc, log = cluster.train("run2", "s3://runs/r2", env=lease)
+    started = time.time()
     progress = cluster.watch("s3://runs/r2")
-    _wait("the first checkpoint", lambda: any(p["checkpoint"] for p in progress()), 240, proc)
+    # after a checkpoint, and late enough that its metrics were uploaded once (core.metrics.PUBLISH_S)
+    _wait("a checkpoint 15 s into the run", lambda: time.time() - started > 15 and any(
+        p["checkpoint"] for p in progress()), 240, proc)
     assert cluster.hosts.kill("client"), "the client had no processes to kill"
     refused, refused_log = cluster.train("resume-refused", "s3://runs/r2", resume=True, env=lease)
     assert refused.wait(timeout=120) == 2
@@ -192,3 +196,5 @@ def test_a_killed_client_resumes_after_its_lease_expires(cluster, local_run, tmp
     run = cluster.copy("s3://runs/r2", tmp_path / "r2")
     _assert_same_run(local_run, run, "local vs hosts sharing only S3, client killed and resumed")
     _check_replay(run[1])
+    # the killed attempt's metrics reached the store before the kill: one placement record per attempt
+    assert len(_metrics(run[1], "placement")) == 2 and len(_metrics(run[1], "resume")) == 1
