@@ -314,8 +314,27 @@ def learn_block(state: Dict[str, Any], block: int, run: BlockRun, save_state: bo
                learn_s=time.time() - t0, worker=f"{socket.gethostname()} pid {os.getpid()}")
     if block_rules.checkpoint_due(steps, state["last_ckpt_step"], cfg.checkpoint.every_steps):
         out["last_ckpt_step"] = steps
-        learner.checkpoint(block, loop)
+        _checkpoint(run, learner, block, loop, out["pending_evals"], out["last_broadcast_step"])
     return write_record(run.run_dir, block, "learn", out)
+
+
+def _checkpoint(run: BlockRun, learner, block: int, loop: Dict[str, Any], pending: List[Any],
+                last_broadcast_step: int) -> None:
+    """The driver's checkpoint after learner block ``block`` (``Trainer._checkpoint``), with what a resume
+    needs of the plan as ``pipelines.run.resume.plan_state`` writes it: the versions the next
+    ``policy_lag + 1`` blocks act with (State(policy_block(b)) names them), the undecided evaluations
+    (their versions' parameters too), the evaluation count and threshold, the last version's step."""
+    plan = run.plan
+    versions = {}
+    for b in range(block + 1, block + plan.policy_lag + 2):
+        pb = plan.policy_block(b)
+        versions[str(pb)] = int(loop["policy_version"]) if pb == block else _version_of(load_state(pb, run))
+    n_evals, next_eval = block_rules.evaluation_state(plan, run.cfg.eval.every_env_steps, block)
+    pending = [[int(x) for x in p] for p in pending]
+    loop = {**loop, "versions": versions, "pending_evals": pending, "n_evals": n_evals, "next_eval": next_eval,
+            "last_broadcast_step": int(last_broadcast_step)}
+    evaluated = sorted({p[1] for p in pending})
+    learner.checkpoint(block, loop, sorted({*versions.values(), *evaluated}), evaluated)
 
 
 def finish_run(state: Dict[str, Any], run: BlockRun) -> Dict[str, Any]:
@@ -329,7 +348,7 @@ def finish_run(state: Dict[str, Any], run: BlockRun) -> Dict[str, Any]:
     loop = LoopState(**state["loop"])
     evaluated = [_on_evaluation(run, loop, p)[1] for p in state["pending_evals"]]
     learner = learner_for(run.cfg, run.run_dir)
-    learner.checkpoint(block, dataclasses.asdict(loop))
+    _checkpoint(run, learner, block, dataclasses.asdict(loop), [], state["last_broadcast_step"])
     out = learner.finish(block, loop.best_version, loop.policy_version)
     # The launcher reads this: the summary's counters and final evaluation, nothing per block.
     loop_out = {k: v for k, v in dataclasses.asdict(loop).items() if k != "next_task"}

@@ -20,6 +20,11 @@ learner's state at each round's end as durable data::
     save_best    beam/versions/<v> -> best/<v> (the parameters evaluated version v was made from)
     finish       checkpoint (the driver's last one), best parameters, final evaluation
 
+Checkpoints (``checkpoints/``) have the driver's layout and plan state: the
+payloads of the versions the next ``policy_lag + 1`` blocks act with and the
+parameters of versions still being evaluated (``pipelines.run.resume``), so a
+Beam run's checkpoint is the local run's, array for array.
+
 One save per round, not per block: a round's fixed cost is then one import,
 one restore, one cache refill and one save whatever its length
 (``python -m benchmarks.micro.round_overhead --part learner`` measures it). A
@@ -41,7 +46,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from core import config as config_lib
 from core import urls
@@ -203,12 +208,28 @@ class BlockLearner:
             self.at_block = block
             return out
 
-    def checkpoint(self, block: int, loop: Dict[str, Any]) -> None:
-        """The driver's checkpoint (``checkpoints/``) of the state after ``block``."""
+    def checkpoint(self, block: int, loop: Dict[str, Any], versions: Sequence[int] = (),
+                   params_of: Sequence[int] = ()) -> None:
+        """The driver's checkpoint (``checkpoints/``) of the state after ``block``, in the driver's layout:
+        with the payloads of ``versions`` and the parameters of ``params_of`` (``LearnerStage.checkpoint``),
+        read from ``policies/`` and ``beam/versions`` where this worker's stage no longer holds them."""
         with self.lock:
             self._hold(block)
-            self.stage.checkpoint(json.dumps(loop))
-            self.stage.wait_checkpoints()
+            added = []      # (table, version) lent to the stage for this checkpoint only
+            for v in versions:
+                if v not in self.stage.payloads:
+                    self.stage.payloads[v] = policy_files.read_payload(policy_files.payload_path(self.run_dir, v))
+                    added.append((self.stage.payloads, v))
+            for v in params_of:
+                if v not in self.stage.version_params:
+                    self.stage.version_params[v] = self.versions.restore(int(v))[0]["params"]
+                    added.append((self.stage.version_params, v))
+            try:
+                self.stage.checkpoint(json.dumps(loop), list(versions), list(params_of))
+                self.stage.wait_checkpoints()
+            finally:
+                for table, v in added:
+                    table.pop(v, None)
 
     def finish(self, block: int, best_version: int, policy_version: int) -> Dict[str, Any]:
         """The final evaluation of the best (else latest) parameters (``LearnerStage.finish``)."""

@@ -12,7 +12,9 @@ re-run after its records are deleted. About 2-3 minutes.
 """
 import json
 import os
+import re
 
+import numpy as np
 import pytest
 
 pytest.importorskip("apache_beam")
@@ -25,6 +27,52 @@ DIRECT = ["--direct_num_workers", "2"]
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("det"), "local", "local")
+
+
+#: The loop fields a checkpoint carries for --resume (pipelines.run.resume.plan_state) and its counters.
+PLAN_STATE = ("block", "env_steps", "episodes", "policy_version", "best_version", "versions", "pending_evals",
+              "n_evals", "next_eval", "last_broadcast_step")
+
+
+def _flat(tree, prefix=""):
+    """``{path: array}``; an optimizer slot's path keeps its index and variable name, not the optimizer's name:
+    Keras numbers optimizers per process (``adam``, ``adam_3`` after three others; R2D2's keys carry it), so it
+    says which process wrote the checkpoint, not what it holds."""
+    if prefix.endswith("/optimizer/") and isinstance(tree, dict):
+        tree = {re.sub(r"^(\d{3})_[A-Za-z]+(?:_\d+)?\.", r"\1_.", key): sub for key, sub in tree.items()}
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}/").items()}
+    if isinstance(tree, (list, tuple)):
+        return {k: v for i, sub in enumerate(tree) for k, v in _flat(sub, f"{prefix}{i}/").items()}
+    return {prefix.rstrip("/"): np.asarray(tree)}
+
+
+def _checkpoints(run_dir):
+    """``{step: (every array by path, the loop's PLAN_STATE)}`` of the run's ``checkpoints/``."""
+    from core.checkpoint import Checkpointer
+    ckpt = Checkpointer(os.path.join(run_dir, "checkpoints"), keep_last=None)
+    try:
+        out = {}
+        for step in ckpt.all_steps():
+            state, meta = ckpt.restore(step)
+            loop = json.loads(meta["loop"])
+            out[step] = (_flat(state), {k: loop.get(k) for k in PLAN_STATE})
+        return out
+    finally:
+        ckpt.close()
+
+
+def _assert_same_checkpoints(a_dir, b_dir, label):
+    """The same checkpoints, array for array (learner, sampler, the versions a resume republishes), and the
+    same plan state in their loop metadata."""
+    a, b = _checkpoints(a_dir), _checkpoints(b_dir)
+    assert sorted(a) == sorted(b) and a, f"{label}: checkpoint steps {sorted(a)} != {sorted(b)}"
+    for step in a:
+        (xa, la), (xb, lb) = a[step], b[step]
+        assert sorted(xa) == sorted(xb), f"{label}: step {step} arrays {sorted(set(xa) ^ set(xb))} differ"
+        for name in xa:
+            assert np.array_equal(xa[name], xb[name]), f"{label}: step {step} {name} differs"
+        assert la == lb, f"{label}: step {step} loop {la} != {lb}"
 
 
 def _beam(tmp_path, name, pipeline_args, overrides=(), resume=False):
@@ -56,6 +104,7 @@ def test_beam_run_in_one_round_is_bit_identical_to_the_local_run(local_run, beam
     assert run[0]["learner_steps"] == 2048 and len(_replay(run[1])) == 4
     assert _rounds(run[1]) == [[0, 1, 2, 3]]
     _assert_same_run(local_run, run, "local vs beam (one round of 4 blocks)")
+    _assert_same_checkpoints(local_run[1], run[1], "local vs beam (one round of 4 blocks)")
     assert 0 < run[0]["driver_bytes_in_per_env_step"] < 0.01 * run[0]["trajectory_bytes_per_env_step"]
 
 
@@ -134,6 +183,7 @@ def test_r2d2_in_rounds_of_two_blocks_is_bit_identical_to_the_local_run(tmp_path
                  pipeline_args=[*DIRECT, "--blocks_per_round", "2"])
     assert _rounds(beam_dir) == [[0, 1], [2]]
     _assert_same_run((local, local_dir), (beam, beam_dir), "R2D2 local vs beam (rounds of two blocks)")
+    _assert_same_checkpoints(local_dir, beam_dir, "R2D2 local vs beam (rounds of two blocks)")
 
 
 #: A 16-block run small enough to run at every round size: blocks of 2 actors x 4 envs x 16 steps = 128 rows.
@@ -166,3 +216,4 @@ def test_round_size_never_changes_a_run(tiny_local_run, tmp_path, blocks_per_rou
     saves = sorted(n for n in os.listdir(os.path.join(run_dir, "beam", "learner")) if n.startswith("step"))
     assert saves[-1] == "step_00000016" and len(saves) <= 2, saves     # after block 15; the chain keeps two
     _assert_same_run(tiny_local_run, (summary, run_dir), f"local vs beam ({blocks_per_round} blocks per round)")
+    _assert_same_checkpoints(tiny_local_run[1], run_dir, f"local vs beam ({blocks_per_round} blocks per round)")
