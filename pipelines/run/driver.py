@@ -86,8 +86,6 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
         run_setup.check_run_dir(self.run_dir, self.resume)
         if cfg.learner.resources:      # a cluster that cannot place the learner: refused before any write
             self.executor.check_resources(cfg.learner.resources)
-        from pipelines.run.energy import start_run_tracker
-        self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
         fs.makedirs(path, exist_ok=True)
         if not self.resume:
             run_setup.write_config(self.run_dir, cfg, resume=False)
@@ -99,7 +97,6 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
             self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id,
                                                     **cfg.replay.writer_options())
         self.builder = get_builder(cfg.agent.algo)
-        self.stage = self._place_learner()
         self.plan = TrainingPlan.from_config(cfg)
         self.precommitted: Dict[int, int] = {}        # resume: blocks committed after the checkpoint
         self.version_time: Dict[int, float] = {}     # when each policy version was published
@@ -108,6 +105,11 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
         self.learner_steps = 0
         self.n_evals = 0
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
+        # Block 0 acts before the learner exists when no action of it reads the policy (policy_versions).
+        self.early = self._submit_uniform_first_block()
+        from pipelines.run.energy import start_run_tracker
+        self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
+        self.stage = self._place_learner()
         self.restored_versions: List[Dict[str, Any]] = []   # resume: the versions the checkpoint carries
         self.restored_refs: Dict[int, Any] = {}             # resume: learner block -> (payload ref, version)
         self.restored_eval_refs: Dict[int, Any] = {}        # resume: version -> payload ref (evaluations)
@@ -176,6 +178,7 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
         try:
             self._first_versions()
             f = Flight.begin(self)
+            self._adopt_first_block(f, self.early)
             self._resume_evaluations(f)
             bar = self._progress_bar()
             t_bar = time.time()
