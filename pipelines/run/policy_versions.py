@@ -18,8 +18,8 @@ same random numbers are drawn either way: :func:`core.exploration.epsilon_greedy
 with :meth:`~core.quantize.PolicyPayload.uniform`, a stand-in for version 1 with no network, and its
 trajectories are bit-identical to version 1's, ``policy_version`` column included. The first env
 step then waits for the executor's workers only, not for TensorFlow's import, the learner's build
-and the first conversion (together ~2-5 s of a default run's start-up). The driver's part, not in
-pipelines/run/driver.py yet (issue 33: until it is, block 0 waits for version 1 as before)::
+and the first conversion (together ~2-5 s of a default run's start-up); the driver
+(``pipelines/run/driver.py``)::
 
     early = self._submit_uniform_first_block()     # None unless block 0 acts uniformly (new runs)
     self.stage = self._place_learner()             # TensorFlow, while block 0's actors step
