@@ -55,7 +55,7 @@ def copy(run_url: str, out: str) -> None:
 
 
 def watch(run_url: str) -> None:
-    """Print ``{"log": latest replay log version, "checkpoint": latest complete checkpoint step}`` on change."""
+    """Print ``{"log": replay log version, "checkpoint": latest complete step, "metrics_bytes": ...}`` on change."""
     from core import urls
     from core.checkpoint import Checkpointer
     fs, path = urls.resolve(urls.join(run_url, "replay", "log"))
@@ -69,11 +69,13 @@ def watch(run_url: str) -> None:
             ckpt = Checkpointer(urls.join(run_url, "checkpoints"))
             step = ckpt.latest_step()
             ckpt.close()
+            run_path = path.rsplit("/replay/log", 1)[0]
+            size = fs.size(f"{run_path}/metrics.jsonl") if fs.exists(f"{run_path}/metrics.jsonl") else 0
         except (FileNotFoundError, OSError):
-            log, step = 0, None
-        if (log, step) != last:
-            print(json.dumps({"log": log, "checkpoint": step, "time": time.time()}), flush=True)
-            last = (log, step)
+            log, step, size = 0, None, 0
+        if (log, step, size) != last:
+            print(json.dumps({"log": log, "checkpoint": step, "metrics_bytes": size, "time": time.time()}), flush=True)
+            last = (log, step, size)
         time.sleep(0.2)
 
 

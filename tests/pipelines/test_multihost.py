@@ -177,11 +177,10 @@ def test_a_lost_worker_host_and_a_store_outage_change_nothing(cluster, local_run
 def test_a_killed_client_resumes_after_its_lease_expires(cluster, local_run, tmp_path):
     lease = {"DATABLOOM_RUN_LEASE_S": "10"}
     proc, log = cluster.train("run2", "s3://runs/r2", env=lease)
-    started = time.time()
     progress = cluster.watch("s3://runs/r2")
-    # after a checkpoint, and late enough that its metrics were uploaded once (core.metrics.PUBLISH_S)
-    _wait("a checkpoint 15 s into the run", lambda: time.time() - started > 15 and any(
-        p["checkpoint"] for p in progress()), 240, proc)
+    # after a checkpoint, once the attempt's metrics reached the store (uploaded every core.metrics.PUBLISH_S)
+    _wait("a checkpoint and uploaded metrics", lambda: any(p["checkpoint"] for p in progress()) and any(
+        p["metrics_bytes"] for p in progress()), 240, proc)
     assert cluster.hosts.kill("client"), "the client had no processes to kill"
     refused, refused_log = cluster.train("resume-refused", "s3://runs/r2", resume=True, env=lease)
     assert refused.wait(timeout=120) == 2
