@@ -5,7 +5,6 @@ comes through a process started on one of them (the file system is shared)::
 
     python multihost_probe.py serve IP PORT BUCKET      # the store host: an S3 server with BUCKET in it
     python multihost_probe.py watch s3://runs/r        # one JSON line per change: log version, checkpoint
-    python multihost_probe.py export s3://runs/r OUT   # OUT/params.npz, OUT/summary.json, OUT/metrics.jsonl
     python multihost_probe.py copy s3://runs/r DIR     # the whole run directory, copied to the local DIR
 """
 import json
@@ -59,6 +58,7 @@ def watch(run_url: str) -> None:
     from core import urls
     from core.checkpoint import Checkpointer
     fs, path = urls.resolve(urls.join(run_url, "replay", "log"))
+    metrics = f"{urls.resolve(run_url)[1]}/metrics.jsonl"
     last = None
     while True:
         try:
@@ -69,8 +69,7 @@ def watch(run_url: str) -> None:
             ckpt = Checkpointer(urls.join(run_url, "checkpoints"))
             step = ckpt.latest_step()
             ckpt.close()
-            run_path = path.rsplit("/replay/log", 1)[0]
-            size = fs.size(f"{run_path}/metrics.jsonl") if fs.exists(f"{run_path}/metrics.jsonl") else 0
+            size = fs.size(metrics) if fs.exists(metrics) else 0
         except (FileNotFoundError, OSError):
             log, step, size = 0, None, 0
         if (log, step, size) != last:
@@ -79,33 +78,5 @@ def watch(run_url: str) -> None:
         time.sleep(0.2)
 
 
-def export(run_url: str, out: str) -> None:
-    """The run's final learner parameters, summary and metrics, copied to the local directory ``out``."""
-    import numpy as np
-    from core import urls
-    from core.checkpoint import Checkpointer
-    os.makedirs(out, exist_ok=True)
-    ckpt = Checkpointer(urls.join(run_url, "checkpoints"))
-    state, _ = ckpt.restore(select=["learner/params"])
-    ckpt.close()
-    np.savez(os.path.join(out, "params.npz"), **{k: np.asarray(v) for k, v in _flat(state["learner"]["params"])})
-    fs, path = urls.resolve(run_url)
-    for name in ("summary.json", "metrics.jsonl"):
-        if fs.exists(f"{path}/{name}"):
-            with open(os.path.join(out, name), "wb") as f:
-                f.write(fs.cat_file(f"{path}/{name}"))
-
-
-def _flat(tree, prefix=""):
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            yield from _flat(v, f"{prefix}{k}/")
-    elif isinstance(tree, (list, tuple)):
-        for i, v in enumerate(tree):
-            yield from _flat(v, f"{prefix}{i}/")
-    else:
-        yield prefix.rstrip("/"), tree
-
-
 if __name__ == "__main__":
-    {"serve": serve, "watch": watch, "export": export, "copy": copy}[sys.argv[1]](*sys.argv[2:])
+    {"serve": serve, "watch": watch, "copy": copy}[sys.argv[1]](*sys.argv[2:])
