@@ -33,12 +33,9 @@ Two mechanisms, by where the run directory lives:
   only if it is still ours. Clocks of the machines must agree to well within
   ``timeout_s`` (default 60 s; the environment variable ``DATABLOOM_RUN_LEASE_S``
   sets it for every trainer started with it, e.g. 15 on a small cluster where a
-  crashed client's run should be resumable sooner).
-
-Beside the heartbeat, an object-store lease starts a
+  crashed client's run should be resumable sooner). The lease also starts a
 :class:`core.store_watch.StoreWatch`, which says on stderr when the store stops
-answering (the run then stalls while its requests retry) and when it answers again.
-
+answering (the run stalls while its requests retry) and when it answers again.
 If the heartbeat cannot renew (the lease was taken over because this process
 stalled longer than the timeout), the holder warns once on stderr and marks
 ``lost``; it does not stop the run by itself.
