@@ -17,6 +17,11 @@ them at its first op in a process, and a worker runs many training runs in
 process after tests that built models: without the pin, a run's parameters
 depended in the last bits on which test that worker ran first, and a run
 compared with one in a fresh process (a killed-and-resumed run) differed.
+
+The longest test files run first (:data:`LONGEST_FILES`): xdist hands out
+whole files (``--dist loadfile``) in collection order (``--no-loadscope-reorder``
+in pytest.ini), so a long file collected last would run alone at the end while
+the other worker idles.
 """
 from __future__ import annotations
 
@@ -30,6 +35,16 @@ import pytest
 DOCUMENTED_SKIPS: Dict[str, str] = {}
 
 _SKIPPED: List[str] = []
+
+#: Test files by their seconds in CI (``issues ci`` / ``pytest --durations=0``, summed per file; refresh
+#: when a file's time changes a lot). Longest first is the classic rule for two workers to finish together.
+LONGEST_FILES: Dict[str, float] = {
+    "tests/pipelines/test_beam_identity.py": 338, "tests/pipelines/test_sweep.py": 207,
+    "tests/pipelines/test_beam_stop.py": 182, "tests/pipelines/test_multihost.py": 145,
+    "tests/core/agents/test_r2d2.py": 121, "tests/benchmarks/test_actorq_study.py": 83,
+    "tests/pipelines/test_resume_identity.py": 69, "tests/pipelines/test_dask_cluster.py": 54,
+    "tests/pipelines/test_collect_offline.py": 47, "tests/pipelines/test_central_plan.py": 46,
+}
 
 
 def _in_ci() -> bool:
@@ -48,6 +63,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from core.config import load_config
     from pipelines.run.learner_stage import configure_threads
     configure_threads(load_config())     # the default config's pools, as a fresh ``pipelines.train`` has
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    """The longest files first; the rest keep their order (a stable sort)."""
+    items.sort(key=lambda item: -LONGEST_FILES.get(item.nodeid.split("::")[0], 0.0))
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
