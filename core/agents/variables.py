@@ -15,6 +15,7 @@ Example::
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -50,8 +51,32 @@ def optimizer_state(optimizer, prefix: str = "") -> Dict[str, np.ndarray]:
     return {key: np.array(v.numpy()) for key, v in _optimizer_vars(optimizer, prefix)}
 
 
-def restore_optimizer(optimizer, values: Dict[str, np.ndarray], prefix: str = "") -> None:
-    """Load :func:`optimizer_state` output; keys it does not hold are left as they are."""
-    for key, v in _optimizer_vars(optimizer, prefix):
+def restore_optimizer(optimizer, values: Dict[str, np.ndarray], prefix: str = "", strict: bool = False) -> None:
+    """Load :func:`optimizer_state` output into ``optimizer``.
+
+    Keys written with the optimizer's per-process name (``000_adam_3.iteration``, R2D2's and BC's
+    checkpoints before this helper) are read as their name-free twins (``000_iteration``). With
+    ``strict`` a key the optimizer has and ``values`` lacks, or a ``values`` key under ``prefix`` the
+    optimizer lacks, is a one-line ``ValueError``; otherwise keys it does not hold are left as they are.
+    """
+    values = {_LEGACY.sub(r"\1\2", key): value for key, value in values.items()}
+    wanted = _optimizer_vars(optimizer, prefix)
+    if strict:
+        lead = re.compile(rf"{re.escape(prefix)}_\d{{3}}_" if prefix else r"\d{3}_")
+        keys = {key for key, _ in wanted}
+        missing = sorted(keys - set(values))
+        unexpected = sorted(k for k in values if lead.match(k) and k not in keys)
+        if missing or unexpected:
+            raise ValueError(f"optimizer state does not match the optimizer: missing {_few(missing)}, "
+                             f"unexpected {_few(unexpected)}")
+    for key, v in wanted:
         if key in values:
             v.assign(values[key])
+
+
+#: ``000_adam_3.iteration`` -> ``000_iteration`` (a name-free key never holds a dot).
+_LEGACY = re.compile(r"^(.*?\d{3}_)[^.]*\.(.*)$")
+
+
+def _few(keys: List[str]) -> str:
+    return f"{len(keys)} {keys[:3]}{'...' if len(keys) > 3 else ''}"

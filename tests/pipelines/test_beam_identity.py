@@ -12,7 +12,6 @@ re-run after its records are deleted. About 2-3 minutes.
 """
 import json
 import os
-import re
 
 import numpy as np
 import pytest
@@ -35,11 +34,8 @@ PLAN_STATE = ("block", "env_steps", "episodes", "policy_version", "best_version"
 
 
 def _flat(tree, prefix=""):
-    """``{path: array}``; an optimizer slot's path keeps its index and variable name, not the optimizer's name:
-    Keras numbers optimizers per process (``adam``, ``adam_3`` after three others; R2D2's keys carry it), so it
-    says which process wrote the checkpoint, not what it holds."""
-    if prefix.endswith("/optimizer/") and isinstance(tree, dict):
-        tree = {re.sub(r"^(\d{3})_[A-Za-z]+(?:_\d+)?\.", r"\1_.", key): sub for key, sub in tree.items()}
+    """``{path: array}``. Optimizer keys hold no per-process optimizer name (``core.agents.variables``), so
+    checkpoints written by different processes compare key for key."""
     if isinstance(tree, dict):
         return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}/").items()}
     if isinstance(tree, (list, tuple)):

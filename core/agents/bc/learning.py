@@ -21,6 +21,7 @@ from typing import Any, Dict
 import numpy as np
 import tensorflow as tf
 
+from core.agents import variables
 from core.agents.bc.config import BCConfig
 from core.envs import EnvSpec
 from core.networks import mlp
@@ -76,18 +77,13 @@ class BCLearner:
 
     def state(self) -> Dict[str, Dict[str, np.ndarray]]:
         return {"params": {_clean(v.path.split("/", 1)[-1]): np.array(v.numpy()) for v in self.net.weights},
-                "optimizer": {f"{i:03d}_{_clean(v.path)}": np.array(v.numpy())
-                              for i, v in enumerate(self.optimizer.variables)},
+                "optimizer": variables.optimizer_state(self.optimizer),
                 "counters": {"learner_steps": np.array(self.steps, np.int64)}}
 
     def restore(self, state: Dict[str, Dict[str, np.ndarray]]) -> None:
         for v in self.net.weights:
             v.assign(state["params"][_clean(v.path.split("/", 1)[-1])])
-        opt = state.get("optimizer", {})
-        for i, v in enumerate(self.optimizer.variables):
-            key = f"{i:03d}_{_clean(v.path)}"
-            if key in opt:
-                v.assign(opt[key])
+        variables.restore_optimizer(self.optimizer, state.get("optimizer", {}), strict=True)
         self.num_steps.assign(int(np.asarray(state["counters"]["learner_steps"])))
 
 

@@ -36,6 +36,7 @@ from typing import Any, Dict
 import numpy as np
 import tensorflow as tf
 
+from core.agents import variables
 from core.agents.r2d2.config import R2D2Config
 from core.agents.r2d2.losses import double_q_targets, nstep_indices, sequence_priorities
 from core.agents.r2d2.networks import recurrent_q_network, unroll
@@ -140,7 +141,7 @@ class R2D2Learner:
         return {
             "params": self.params(),
             "target_params": _named(self.target.weights),
-            "optimizer": {f"{i:03d}_{_clean(v.path)}": np.array(v.numpy()) for i, v in enumerate(self.optimizer.variables)},
+            "optimizer": variables.optimizer_state(self.optimizer),
             "counters": {"learner_steps": np.array(self.steps, np.int64)},
         }
 
@@ -148,11 +149,7 @@ class R2D2Learner:
         """Load a :meth:`state` dict (e.g. from ``Checkpointer.restore``)."""
         _assign(self.q.weights, state["params"])
         _assign(self.target.weights, state.get("target_params", state["params"]))
-        opt = state.get("optimizer", {})
-        for i, v in enumerate(self.optimizer.variables):
-            key = f"{i:03d}_{_clean(v.path)}"
-            if key in opt:
-                v.assign(opt[key])
+        variables.restore_optimizer(self.optimizer, state.get("optimizer", {}), strict=True)
         if "counters" in state:
             self.num_steps.assign(int(np.asarray(state["counters"]["learner_steps"])))
 
@@ -161,12 +158,12 @@ def _clean(path: str) -> str:
     return path.replace("/", ".")
 
 
-def _named(variables) -> Dict[str, np.ndarray]:
+def _named(weights) -> Dict[str, np.ndarray]:
     # Layer names are explicit (torso_0, lstm_gates, head_0, q), so online and target share keys;
     # the index keeps get_weights() order, which the quality probe's set_weights relies on.
-    return {f"{i:02d}.{_clean(v.path)}": np.array(v.numpy()) for i, v in enumerate(variables)}
+    return {f"{i:02d}.{_clean(v.path)}": np.array(v.numpy()) for i, v in enumerate(weights)}
 
 
-def _assign(variables, values: Dict[str, np.ndarray]) -> None:
-    for i, v in enumerate(variables):
+def _assign(weights, values: Dict[str, np.ndarray]) -> None:
+    for i, v in enumerate(weights):
         v.assign(values[f"{i:02d}.{_clean(v.path)}"])
