@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 
@@ -106,33 +106,8 @@ class TrainingPlan:
         """Evaluations of blocks <= this one are awaited before block ``block`` commits."""
         return block - STOP_DELAY
 
-    # -- the driver's per-block rules as pure functions (``pipelines.run.driver._end_block``), so that an
-    # executor that cannot run the driver's loop (Beam round pipelines) applies the same rules.
+    # -- the plan's row count per block; the per-block rules (version, checkpoint, evaluation decisions) that
+    # the driver and Beam's round pipelines share are pipelines.run.block_rules, functions of this plan.
     def rows_through(self, block: int) -> int:
         """Rows committed once blocks ``0 .. block`` are (every block writes ``block_rows``)."""
         return (block + 1) * self.block_rows
-
-    def version_due(self, learner_steps: int, target: int, last_broadcast_step: int,
-                    broadcast_period: int) -> bool:
-        """Whether the learner block that trains to ``target`` ends with a new policy version."""
-        return max(learner_steps, target) - last_broadcast_step >= broadcast_period
-
-    def checkpoint_due(self, learner_steps: int, last_checkpoint_step: int, every_steps: int) -> bool:
-        """Whether a checkpoint is written at the end of a learner block that ended at ``learner_steps``."""
-        return learner_steps - last_checkpoint_step >= every_steps
-
-    def evaluation_blocks(self, every_env_steps: int) -> Dict[int, int]:
-        """``{block: n}``: the blocks whose end submits the run's ``n``-th evaluation (n = 1, 2, ...).
-
-        The driver's rule for a run from block 0: after learner block ``b`` an
-        evaluation is due when ``rows_through(b)`` reached the next multiple of
-        ``every_env_steps`` and the learner has taken a step; it is seeded by ``n``.
-        """
-        out: Dict[int, int] = {}
-        next_eval = every_env_steps
-        for b in range(self.num_blocks):
-            rows = self.rows_through(b)
-            if rows >= next_eval and self.learner_target(rows) > 0:
-                next_eval = (rows // every_env_steps + 1) * every_env_steps
-                out[b] = len(out) + 1
-        return out
