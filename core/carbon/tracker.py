@@ -7,6 +7,16 @@ public surface, which re-exports :class:`EnergyTracker`)::
          |                   Ledger thread (psutil samples, this host)
          +----stop---------> stage records + reports --> Attribution --> CarbonReport --> carbon.json
 
+Start-up. ``start()`` costs the caller milliseconds: the ledger (its first
+sample at ``start()``) and ``stage_cpu_sink`` are ready at once, and the
+backend meter is chosen and started on a background thread
+(``carbon-meter-start``; ``backend="eit"`` still starts in the caller, first): codecarbon's import and one-off hardware probe
+(py-cpuinfo runs a subprocess) take ~1.6 s on a 2-core machine. ``stop()``
+waits for that thread. The meter's window then begins ``head`` seconds after
+the tracker's; :func:`with_head` charges the head at the meter's mean power
+over its own window, so the energy covers the tracker's whole duration
+(carbon.json's ``source`` says how long the head was).
+
 ``RAPL_ROOT`` and ``_import_codecarbon`` are read from this module at call
 time, so tests that replace them here (``monkeypatch.setattr(tracker, ...)``)
 steer backend selection.
@@ -53,6 +63,18 @@ def available_backends() -> List[str]:
     return out + ["process-time"]
 
 
+def with_head(measured, head_s: float, window_s: float):
+    """A meter's ``stop()`` result (IT kWh, intensity, detail, parts kWh) over its ``window_s`` seconds,
+    extended over the ``head_s`` seconds before it had started, at its mean power over the window."""
+    if head_s <= 0 or window_s <= 0:
+        return measured
+    kwh, intensity, detail, parts = measured
+    k = (head_s + window_s) / window_s
+    detail += (f"; it started {head_s:.2f} s after the tracker (probe in the background), that head charged "
+               f"at its mean power over its {window_s:.2f} s")
+    return k * kwh, intensity, detail, {name: k * v for name, v in parts.items()}
+
+
 class EnergyTracker(Attribution):
     """Measures one run and writes ``run_dir/carbon.json`` on ``stop()``.
 
@@ -89,7 +111,8 @@ class EnergyTracker(Attribution):
         self._intensity, self._interval = intensity_g_per_kwh, float(sample_interval_s)
         self._reported: Dict[str, Tuple[float, Optional[str], Optional[int]]] = {}
         self._lock = threading.Lock()
-        self._meter = self._ledger = self._thread = None
+        self._meter = self._ledger = self._thread = self._meter_thread = None
+        self._meter_t0 = 0.0
         self._notes: List[str] = []
         self._stage_records: List[stage_cpu.ProcessCpu] = []
         self.stage_cpu_sink: Optional[str] = None   # set by start(); stages record their CPU there
@@ -106,22 +129,39 @@ class EnergyTracker(Attribution):
         self.stop()
 
     def start(self) -> "EnergyTracker":
+        """Start measuring now; returns in milliseconds (see the module docstring's "Start-up")."""
         if self._ledger is not None:
             raise RuntimeError("EnergyTracker.start() called twice")
-        self._meter, self.backend = self._select_meter()
-        if self._meter is not None:
-            try:
-                self._meter.start()  # first: codecarbon's one-off hardware probe takes ~1.5 s
-            except Exception as e:
-                self._fall_back(f"{self.backend} failed to start ({type(e).__name__}: {e})")
+        early = self.requested_backend == "eit"   # eit's energy must match its own counters' window:
+        if early:                                 # it starts here, before the tracker's clock, as before
+            self._start_meter()
         self._start_wall, self._t0 = time.time(), time.perf_counter()
+        self._meter_t0 = self._t0 if early else 0.0
         self.stage_cpu_sink = stage_cpu.sink_url(self.run_dir, stage_cpu.new_session())
         self._ledger = Ledger(self._fn, self._start_wall)
         self._ledger.sample()
         self._stop_evt = threading.Event()
         self._thread = threading.Thread(target=self._sample_loop, name="carbon-ledger", daemon=True)
         self._thread.start()
+        if not early:
+            self._meter_thread = threading.Thread(target=self._start_meter, name="carbon-meter-start", daemon=True)
+            self._meter_thread.start()
         return self
+
+    def _start_meter(self) -> None:
+        """Background: choose and start the backend meter (codecarbon's hardware probe takes ~1.6 s)."""
+        try:
+            meter, backend = self._select_meter()
+        except Exception as e:  # accounting must never end a run
+            meter, backend = None, "process-time"
+            self._notes.append(f"backend selection failed ({type(e).__name__}: {e}); using process-time")
+        self._meter, self.backend = meter, backend
+        if meter is not None:
+            try:
+                meter.start()
+            except Exception as e:
+                self._fall_back(f"{backend} failed to start ({type(e).__name__}: {e})")
+        self._meter_t0 = self._meter_t0 or time.perf_counter()
 
     def add_process_cpu_seconds(self, label: str, seconds: float, *,
                                 host: Optional[str] = None, pid: Optional[int] = None) -> None:
@@ -144,14 +184,17 @@ class EnergyTracker(Attribution):
             return self.report
         if self._ledger is None:
             raise RuntimeError("EnergyTracker.stop() before start()")
+        if self._meter_thread is not None:
+            self._meter_thread.join()   # a run shorter than the probe waits for it here
         self._stop_evt.set()
         self._thread.join()
         self._safe_sample()
-        duration = time.perf_counter() - self._t0
+        end = time.perf_counter()
+        duration = end - self._t0
         measured = None
         if self._meter is not None:
             try:
-                measured = self._meter.stop()
+                measured = with_head(self._meter.stop(), self._meter_t0 - self._t0, end - self._meter_t0)
             except Exception as e:
                 self._fall_back(f"{self.backend} failed at stop ({type(e).__name__}: {e})")
         try:

@@ -183,6 +183,7 @@ def test_machine_backend_does_not_add_local_cpu_seconds(tmp_path, monkeypatch):
             return 0.001, 500.0, "fake machine meter", {"host_cpu": 0.001}
 
     monkeypatch.setattr(EnergyTracker, "_select_meter", lambda self: (FakeMachineMeter(), "codecarbon"))
+    monkeypatch.setattr(tracker, "with_head", lambda measured, head_s, window_s: measured)  # test_tracker_start
     with EnergyTracker(str(tmp_path), backend="codecarbon", watts_per_thread=4.0) as tr:
         tr.add_process_cpu_seconds("local worker", 3600.0)                 # same host: inside 0.001
         tr.add_process_cpu_seconds("remote worker", 3600.0, host="gcp-vm")  # + 0.004
