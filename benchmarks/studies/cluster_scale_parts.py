@@ -34,6 +34,7 @@ import numpy as np
 from pipelines.run.driver import Trainer
 from pipelines.run.in_process_stage import InProcessStage
 from pipelines.run.learner_stage import LearnerStage
+from pipelines.run.task_stats import tasks_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -147,7 +148,7 @@ class ScaleTrainer(Trainer):
     def _committed(self, f, c: int, rows: int, info: Dict[str, Any], bar) -> None:
         super()._committed(f, c, rows, info, bar)
         if c >= self.warmup_blocks:
-            self.lags_seen.extend(self.loop.policy_version - task[5] for task in info.get("tasks", []))
+            self.lags_seen.extend(self.loop.policy_version - task[5] for task in tasks_of(info))
         if c == self.warmup_blocks - 1:
             self._opened = self._sample()
         elif c == self.plan.num_blocks - 1 and self._opened:

@@ -47,6 +47,7 @@ from pipelines.beam.records import (eval_digest, final_path, log_block_metrics, 
 from pipelines.run import block_rules, stages
 from pipelines.run.evaluation_schedule import decide_evaluation, evaluation_args
 from pipelines.run.plan import TrainingPlan
+from pipelines.run.task_stats import tasks_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +277,7 @@ def _decide_commit(state: Dict[str, Any], block: int, info: Optional[Dict[str, A
         loop.shard_seq = block + 1
         loop.episodes += info.get("episodes", 0)
         loop.next_task = [(block + 1) * plan.tasks_per_block] * cfg.actors.num_actors
-        commit = {**info, "log_version": None, "version": info["tasks"][0][5]}
+        commit = {**info, "log_version": None, "version": tasks_of(info)[0][5]}
     return {**state, "loop": dataclasses.asdict(loop), "pending_evals": pending, "stop": stop,
             "evaluated": evaluated, "commit": commit, "block": block - 1}
 

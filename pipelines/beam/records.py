@@ -24,6 +24,7 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 from core import urls
+from pipelines.run.task_stats import tasks_of
 
 
 def record_path(run_dir: str, block: int, kind: str) -> Tuple[Any, str]:
@@ -94,7 +95,7 @@ def round_digest(round_index: int, blocks: List[Dict[str, Any]], done: bool) -> 
     published = [s["published"] for s in blocks if s.get("published")]
     losses = [r[2]["loss"] for s in blocks for r in s.get("records") or [] if r[0] == "learner"]
     lags = [loop_version - t[5] for s in blocks if s.get("commit")
-            for loop_version in [s["loop"]["policy_version"]] for t in s["commit"]["tasks"]]
+            for loop_version in [s["loop"]["policy_version"]] for t in tasks_of(s["commit"])]
     return {"round": round_index, "first_block": blocks[0]["block"], "last_block": last["block"],
             "done": bool(done), "stop": bool(last["stop"]), "learned_through": loop["block"] - 1,
             "env_steps": loop["env_steps"], "learner_steps": last["learner_steps"], "episodes": loop["episodes"],

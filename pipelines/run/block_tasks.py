@@ -28,6 +28,7 @@ from typing import Any, Dict, List
 
 from pipelines.executors.common import BatchCall, Earlier, submit_batch
 from pipelines.run import stages
+from pipelines.run.task_stats import tasks_of
 from pipelines.run.flight import Flight
 
 #: Resubmissions of one block's lost tasks before the run stops with a one-line error.
@@ -187,13 +188,14 @@ class BlockTasks:
         self.loop.shard_seq = c + 1
         self.loop.episodes += info.get("episodes", 0)
         f.recent_returns.extend(info.get("returns_tail", []))
-        for actor, task, worker, seconds, steps, version in info.get("tasks", []):
+        tasks = tasks_of(info)
+        for actor, task, worker, seconds, steps, version in tasks:
             f.slowest_task_s = max(f.slowest_task_s, seconds)
             self.worker_stats.add(types.SimpleNamespace(actor_id=actor, worker=worker, seconds=seconds,
                                                         env_steps=steps))
             f.lags.append((self.loop.policy_version - version,
                            time.time() - self.version_time.get(version, time.time())))
-        if info.get("tasks"):
+        if tasks:
             self.log.write("workers", step=self.loop.env_steps, workers=self.worker_stats.table())
         f.next_commit = c + 1
         if bar is not None:

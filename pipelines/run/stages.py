@@ -25,6 +25,7 @@ import numpy as np
 
 from core.policy_evaluation import run_evaluation_task
 from core.rollout import run_rollout_task
+from pipelines.run.task_stats import task_summary
 
 __all__ = ["run_rollout_task", "run_evaluation_task", "write_shard_stage", "commit_stage", "gc_stage",
            "learn_stage", "shard_id_for", "actor_states", "encode_state", "state_text"]
@@ -47,7 +48,7 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
     way: executors hand this task the rollout futures, so trajectories go
     from the actor's worker to the writer's): shard id, rows, stored bytes,
     ``raw_bytes`` (the batches' in-memory size), ``write_s`` (this write's seconds), the episodes that ended
-    (count, sum of returns, the last :data:`RETURNS_TAIL` returns) and one
+    (count, sum of returns, the last :data:`~pipelines.run.task_stats.RETURNS_TAIL` returns) and one
     ``[actor, task, worker, seconds, env_steps, policy_version]`` row per task.
 
     Tasks run with ``capture_state=True`` (each actor's last task of the
@@ -98,19 +99,6 @@ def actor_states(store, shard_id: str) -> Dict[str, Any]:
     from core.replay.shard_reader import read_shard_attrs
     attrs = read_shard_attrs(store.shards_url, shard_id) or {}
     return dict((attrs.get("attrs") or {}).get(ACTOR_STATES_ATTR) or {})
-
-
-#: Episode returns a shard write reports back (progress shows the mean of the last 20).
-RETURNS_TAIL = 10
-
-
-def task_summary(stats: Sequence[Any]) -> Dict[str, Any]:
-    """What the driver needs of a shard's rollout stats, compactly (it is all the driver receives)."""
-    returns = [r for s in stats for r in s.episode_returns]
-    return {"episodes": len(returns), "return_sum": float(sum(returns)),
-            "returns_tail": [round(r, 2) for r in returns[-RETURNS_TAIL:]],
-            "tasks": [[s.actor_id, s.task_index, s.worker, round(s.seconds, 4), s.env_steps, s.policy_version]
-                      for s in stats]}
 
 
 # Shard writers of this process (a worker, or the driver), most recently used last. A writer
