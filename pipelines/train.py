@@ -22,7 +22,7 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from pipelines.cli import Interrupted, check_locations, cli_errors, print_table
 
@@ -115,9 +115,16 @@ def check_pipeline_args(cfg, pipeline_args: List[str], offline_dataset: Optional
 
 
 def interrupt_message(run_dir: str) -> str:
-    """The one line printed on Ctrl-C: how to resume, or why there is nothing to resume yet."""
+    """The one line printed on Ctrl-C: how to resume, or why there is nothing to resume yet.
+
+    A Beam run resumes from its newest round record (``rounds/r<round>.json``), which it may have before
+    its first periodic checkpoint; any other run from its newest checkpoint."""
     from core import urls
     from core.checkpoint import Checkpointer
+    resume = f"resume with: python -m pipelines.train --resume {run_dir}"
+    beam_round = _newest_beam_round(run_dir)
+    if beam_round is not None:
+        return f"interrupted after Beam round {beam_round[0]} (blocks 0-{beam_round[1]} done); {resume}"
     try:
         with Checkpointer(urls.join(run_dir, "checkpoints")) as ckpt:
             step = ckpt.latest_step()
@@ -126,7 +133,21 @@ def interrupt_message(run_dir: str) -> str:
     if step is None:
         return (f"interrupted before the first complete checkpoint; nothing to resume in {run_dir}: "
                 "start again with a new --run-dir")
-    return f"interrupted at checkpoint step {step}; resume with: python -m pipelines.train --resume {run_dir}"
+    return f"interrupted at checkpoint step {step}; {resume}"
+
+
+def _newest_beam_round(run_dir: str) -> Optional[Tuple[int, int]]:
+    """``(round, its last block)`` of the newest readable Beam round record, or None (no Beam rounds)."""
+    from pipelines.beam.records import round_indices, round_path
+    try:
+        rounds = round_indices(run_dir)
+        if not rounds:
+            return None
+        fs, path = round_path(run_dir, rounds[-1])
+        with fs.open(path) as f:
+            return rounds[-1], int(json.load(f)["last_block"])
+    except Exception:  # noqa: BLE001 - unreadable: the checkpoint's line below rather than fail while exiting
+        return None
 
 
 def _close_progress_bars() -> None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import signal
 import threading
 import time
@@ -53,14 +52,11 @@ from core import urls
 from pipelines.beam import policy_files
 from pipelines.beam.blocks import BlockRun
 from pipelines.beam.graph import build_block_round, build_finish
-from pipelines.beam.records import final_path, round_path
+from pipelines.beam.records import final_path, round_indices, round_path
 from pipelines.beam.round_size import RoundSizing, blocks_per_round
 from pipelines.run.energy import stage_cpu_sink
 from pipelines.run import setup as run_setup
 from pipelines.run.plan import TrainingPlan
-
-_ROUND_FILE = re.compile(r"^r(\d{6})\.json$")
-
 
 @contextlib.contextmanager
 def stop_after_round():
@@ -107,7 +103,7 @@ class RoundLauncher:
         run_setup.check_run_dir(self.run_dir, self.resume, resume_needs_config=True)
         fs.makedirs(path, exist_ok=True)
         run_setup.write_config(self.run_dir, cfg, self.resume)
-        self.next_round, last = self._last_round(fs, path)
+        self.next_round, last = self._last_round()
         self.last: Optional[Dict[str, Any]] = last
         self.next_block = last["last_block"] + 1 if last else 0
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
@@ -128,11 +124,9 @@ class RoundLauncher:
         from core.metrics import MetricsLogger
         return MetricsLogger(self.run_dir, tensorboard=False)   # TensorBoard would import TensorFlow
 
-    def _last_round(self, fs, path: str) -> Tuple[int, Optional[Dict[str, Any]]]:
+    def _last_round(self) -> Tuple[int, Optional[Dict[str, Any]]]:
         """(next round index, the newest round record or None); names are validated before use."""
-        rounds = [int(m.group(1)) for name in (fs.ls(f"{path}/rounds", detail=False)
-                                              if fs.exists(f"{path}/rounds") else [])
-                  if (m := _ROUND_FILE.match(name.rsplit("/", 1)[-1]))]
+        rounds = round_indices(self.run_dir)
         if not rounds:
             return 0, None
         r = max(rounds)

@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from core import urls
@@ -58,6 +59,18 @@ def final_path(run_dir: str) -> Tuple[Any, str]:
 def round_path(run_dir: str, round_index: int) -> Tuple[Any, str]:
     fs, path = urls.resolve(run_dir)
     return fs, f"{path}/rounds/r{int(round_index):06d}.json"
+
+
+_ROUND_FILE = re.compile(r"^r(\d{6})\.json$")
+
+
+def round_indices(run_dir: str) -> List[int]:
+    """The rounds with a record ``rounds/r<round>.json`` in ``run_dir``, ascending (other names ignored)."""
+    fs, path = urls.resolve(run_dir)
+    if not fs.exists(f"{path}/rounds"):
+        return []
+    return sorted(int(m.group(1)) for name in fs.ls(f"{path}/rounds", detail=False)
+                  if (m := _ROUND_FILE.match(name.rsplit("/", 1)[-1])))
 
 
 def write_json(where: Tuple[Any, str], data: Dict[str, Any]) -> Dict[str, Any]:

@@ -139,3 +139,19 @@ def test_the_launcher_sizes_each_round_from_the_previous_one():
                           startup_given=True)
     given._measure({"first_block": 0, "last_block": 3, "work_s": 40.0, "learner_fixed_s": {}}, pipeline_s=50.0)
     assert (given.block_s, given.startup_s) == (10.0, 90.0)
+
+
+def test_interrupt_message_names_resume_once_a_beam_round_record_exists(tmp_path):
+    """A Beam run stopped before its first periodic checkpoint resumes from its round records."""
+    import json
+    from pipelines.train import interrupt_message
+    run_dir = str(tmp_path / "run")
+    (tmp_path / "run" / "rounds").mkdir(parents=True)
+    assert interrupt_message(run_dir).startswith("interrupted before the first complete checkpoint; nothing")
+    for r, last in ((0, 1), (1, 3)):
+        (tmp_path / "run" / "rounds" / f"r{r:06d}.json").write_text(json.dumps({"round": r, "last_block": last}))
+    (tmp_path / "run" / "rounds" / "final.json").write_text("{}")             # not a round record
+    assert interrupt_message(run_dir) == ("interrupted after Beam round 1 (blocks 0-3 done); resume with: "
+                                          f"python -m pipelines.train --resume {run_dir}")
+    (tmp_path / "run" / "rounds" / "r000001.json").write_text("{")            # torn: no line about rounds
+    assert interrupt_message(run_dir).startswith("interrupted before the first complete checkpoint; nothing")

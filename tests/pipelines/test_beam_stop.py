@@ -41,6 +41,7 @@ def test_sigterm_stops_after_the_round_and_resume_equals_the_uninterrupted_run(t
     child.send_signal(signal.SIGTERM)
     out, _ = child.communicate(timeout=600)
     assert child.returncode == 130, out[-2000:]
+    assert f"resume with: python -m pipelines.train --resume {run_dir}" in out, out[-2000:]
     stopped = _rounds(run_dir)
     assert stopped == [[b] for b in range(len(stopped))] and 1 <= len(stopped) < 16, stopped
     assert not os.path.exists(os.path.join(run_dir, "summary.json"))
