@@ -3,9 +3,10 @@
 Fast tests (seconds) drive the sweep with a stand-in trainer (a tiny Python script in place of
 ``python -m pipelines.train``) or with synthetic run directories. The slow ones run real tiny runs: two
 configs (configs/default.yaml and a copy named ``other``) x two settings (actors.precision fp32,
-int8-dynamic) x two seeds = 8 runs of 4,096 env steps, on ``local`` and on an embedded Dask cluster,
-SIGTERMed once a run finished and another had a checkpoint, and resumed; every run must finish exactly once and end with the
-parameters of the same run started alone.
+int8-dynamic) x two seeds = 8 runs of 2,048 env steps, on ``local`` and on an embedded Dask cluster,
+SIGTERMed once a run finished and another had a checkpoint, and resumed; every run must finish exactly once
+and end with the parameters of the same run started alone (the runs alone are shared by the two executors'
+tests: the same arguments give the same run).
 """
 import json
 import os
@@ -25,11 +26,14 @@ from pipelines.sweeps.spec import check_run_name
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ENV = {**os.environ, "PYTHONPATH": REPO}
 DEFAULT = os.path.join(REPO, "configs", "default.yaml")
-#: 4,096 env steps in 8 blocks of 512 (4 actors x 8 envs x 16 steps), a checkpoint at every block end: a SIGTERM
-#: after the first one still finds the run learning (a stop after its last block is no stop)
-TINY = ["total_env_steps=4096", "actors.steps_per_task=16", "replay.shard_max_rows=512", "replay.min_size=512",
-        "eval.every_env_steps=1024", "eval.episodes=3", "eval.confirm_episodes=0", "checkpoint.every_steps=128",
-        "actors.broadcast_period=64"]
+#: 2,048 env steps in 8 blocks of 256 (4 actors x 8 envs x 8 steps), 128 learner steps per block and a
+#: checkpoint at every block end: a SIGTERM after the first one still finds the run learning (a stop after its
+#: last block is no stop). No energy tracker: its thread and start-up are no part of what these tests prove.
+TINY = ["total_env_steps=2048", "actors.steps_per_task=8", "replay.shard_max_rows=256", "replay.min_size=256",
+        "eval.every_env_steps=512", "eval.episodes=3", "eval.confirm_episodes=0", "checkpoint.every_steps=128",
+        "actors.broadcast_period=64", "carbon.backend=off"]
+#: learner steps of a TINY run (replay ratio 0.5)
+TINY_LEARNER_STEPS = 1024
 
 
 def _sweep(*args, timeout=600):
@@ -255,7 +259,7 @@ def _summaries(run_dir):
 
 
 def _early_checkpoint(run_dir):
-    """Whether the run's complete checkpoints are all from its first half (2,048 learner steps in all):
+    """Whether the run's complete checkpoints are all from its first half (of TINY_LEARNER_STEPS):
     a run just past its first checkpoint, not one about to finish."""
     root = os.path.join(run_dir, "checkpoints")
     try:
@@ -263,7 +267,7 @@ def _early_checkpoint(run_dir):
                  if d.startswith("step_") and os.path.exists(os.path.join(root, d, "zarr.json"))]
     except (FileNotFoundError, ValueError):
         return False
-    return bool(steps) and max(steps) <= 1024
+    return bool(steps) and max(steps) <= TINY_LEARNER_STEPS // 2
 
 
 def _stop_partway(args, sweep_dir, timeout=600):
@@ -283,14 +287,44 @@ def _stop_partway(args, sweep_dir, timeout=600):
     return proc.returncode, out, err
 
 
+@pytest.fixture(scope="module")
+def other_config(tmp_path_factory):
+    """A copy of configs/default.yaml named other.yaml, one path for both executors' tests."""
+    other = tmp_path_factory.mktemp("configs") / "other.yaml"
+    shutil.copyfile(DEFAULT, other)
+    return str(other)
+
+
+@pytest.fixture(scope="module")
+def runs_alone(tmp_path_factory):
+    """``params(runs)``: each run's final parameters when started alone (``pipelines.train`` with the run's own
+    arguments), started together, each once per module: the two executors' tests share them."""
+    root, done = tmp_path_factory.mktemp("alone"), {}
+
+    def params(runs):
+        key = lambda run: json.dumps([run.config, run.overrides, run.seed])     # what the run's arguments hold
+        todo = {key(r): r for r in runs if key(r) not in done}
+        procs = []
+        for i, run in enumerate(todo.values()):
+            run_dir = str(root / f"{len(done) + i}-{run.name}")
+            procs.append((key(run), run_dir, subprocess.Popen(
+                [sys.executable, "-m", "pipelines.train", *run.train_args(run_dir)], cwd=REPO, env=ENV,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
+        for k, run_dir, proc in procs:
+            _, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err[-3000:]
+            done[k] = _params(run_dir)
+        return {r.name: done[key(r)] for r in runs}
+    return params
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("executor", ["local", "dask"])
-def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_run_alone(tmp_path, executor):
-    other = tmp_path / "other.yaml"
-    shutil.copyfile(DEFAULT, other)
+def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_run_alone(
+        tmp_path, executor, other_config, runs_alone):
     out = str(tmp_path / "sweep")
-    args = ["--configs", DEFAULT, str(other), "--seeds", "0-1", "--grid", "actors.precision=fp32,int8-dynamic",
+    args = ["--configs", DEFAULT, other_config, "--seeds", "0-1", "--grid", "actors.precision=fp32,int8-dynamic",
             *[a for s in TINY for a in ("--set", s)], "--executor", executor, "--workers", "2", "--out", out,
             "--no-progress"]
     code, _, err = _stop_partway(args, out)
@@ -316,19 +350,15 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_
         assert len(_summaries(sweep.run_dir(run.name))) == 1, run.name
     continued = [n for n, s in after.items() if s.resumed_from == "checkpoint"]
 
-    # The same runs started alone: one that was stopped and continued (if any) and one that never stopped.
-    chosen = (continued[:1] + done_first[:1]) or [runs[0].name]
+    # The same runs started alone: the first that was stopped and continued and the first that never stopped.
+    assert continued, f"no run was continued from a checkpoint: {after}"
     by_name = {r.name: r for r in runs}
-    for name in chosen:
-        alone = str(tmp_path / f"alone-{name}")
-        proc = subprocess.run([sys.executable, "-m", "pipelines.train", *by_name[name].train_args(alone)],
-                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        a, b = _params(alone), _params(sweep.run_dir(name))
+    alone = runs_alone([by_name[continued[0]], by_name[done_first[0]]])
+    for name, a in alone.items():
+        b = _params(sweep.run_dir(name))
         assert a.keys() == b.keys()
         for k in a:
             assert np.array_equal(a[k], b[k]), f"{name}: parameter {k} differs from the run alone"
-    assert continued, f"no run was continued from a checkpoint: {after}"
     if executor == "local":      # the report reads the real runs: 4 groups of 2 seeds, its files beside sweep.json
         from pipelines.report import main as report_main
         assert report_main(["sweep", out]) == 0
