@@ -6,7 +6,9 @@ whole-machine load (unknown CPU: TDP = 4 W per thread, power = TDP x (0.1 +
 0.9 load^3)) plus a fixed RAM estimate (5 W per assumed DIMM); grid
 intensity from its offline per-country data. Nothing goes to the network and
 its CSV output is off: carbon.json is the record. It runs at PUE 1;
-``core.carbon`` applies the run's PUE.
+``core.carbon`` applies the run's PUE. Its CPU name comes from
+``/proc/cpuinfo`` where Linux has one (:func:`prime_cpu_model`), not from
+py-cpuinfo's subprocess.
 
 Usage (``core.carbon.EnergyTracker`` does this)::
 
@@ -19,6 +21,46 @@ from __future__ import annotations
 
 import logging
 from typing import Dict, Optional, Tuple
+
+
+def proc_cpu_model(path: str = "/proc/cpuinfo") -> Optional[str]:
+    """The CPU's brand string from Linux's ``/proc/cpuinfo`` ("model name": the CPUID brand string that
+    py-cpuinfo reads too), or None where there is none (other OSes, most ARM kernels)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def prime_cpu_model(model: Optional[str]) -> bool:
+    """Fill codecarbon's cached ``detect_cpu_model()`` with ``model``; True if it took.
+
+    codecarbon's hardware probe asks py-cpuinfo for the CPU's name, and py-cpuinfo runs a Python
+    subprocess for it (~0.4 s of CPU on another core, ~1 s wall, while a run starts up). The answer is
+    cached per process (``functools.lru_cache``), so it is asked once here with ``cpuinfo.get_cpu_info``
+    answering ``model``, then restored. Any surprise (another codecarbon layout): nothing is changed
+    and codecarbon probes as before.
+    """
+    if not model:
+        return False
+    try:
+        import cpuinfo
+        from codecarbon.core import util
+        if util.detect_cpu_model.cache_info().currsize:
+            return False
+        real = cpuinfo.get_cpu_info
+        cpuinfo.get_cpu_info = lambda: {"brand_raw": model}
+        try:
+            return util.detect_cpu_model() == model
+        finally:
+            cpuinfo.get_cpu_info = real
+    except Exception:  # noqa: BLE001 (an optimisation only)
+        return False
 
 
 def import_codecarbon():
@@ -40,6 +82,7 @@ class CodecarbonMeter:
         # first too. Its per-interval chatter would drown the training progress, and
         # what it found (no RAPL, unknown CPU -> 4 W/thread) goes into `source`.
         logging.getLogger("codecarbon").setLevel(logging.ERROR)
+        prime_cpu_model(proc_cpu_model())   # its probe then runs no py-cpuinfo subprocess
         self.version = cc.__version__
         self._t = cc.OfflineEmissionsTracker(
             country_iso_code=country, tracking_mode="machine", measure_power_secs=5,
