@@ -183,33 +183,51 @@ def test_r2d2_in_rounds_of_two_blocks_is_bit_identical_to_the_local_run(tmp_path
 
 
 #: A 16-block run small enough to run at every round size: blocks of 2 actors x 4 envs x 16 steps = 128 rows.
+#: Learner steps: 64 per block (replay ratio 0.5); a checkpoint and an evaluation after block 3 (256 steps,
+#: 512 rows), 7, 11 and 15.
 TINY = ["total_env_steps=2048", "env.num_envs=4", "agent.hidden=[16]", "actors.num_actors=2",
         "actors.steps_per_task=16", "replay.min_size=64", "replay.shard_max_rows=128", "learner.replay_ratio=0.5",
         "eval.every_env_steps=512", "eval.episodes=2", "eval.confirm_episodes=0", "checkpoint.every_steps=256"]
 
+#: TINY cut to 5 blocks for rounds of one block (a round's fixed cost, ~10 s, dominates a tiny block): still
+#: five round boundaries, with block 3's checkpoint and evaluation decided in one round and awaited in a later one.
+TINY_5 = [*TINY, "total_env_steps=640"]
 
-@pytest.fixture(scope="module")
-def tiny_local_run(tmp_path_factory):
+
+def _tiny_local(tmp_path_factory, overrides):
     from core.config import load_config
     from pipelines.train import train
     run_dir = str(tmp_path_factory.mktemp("tiny") / "local")
-    return train(load_config(overrides=["executor=local", *TINY]), run_dir, progress=False), run_dir
+    return train(load_config(overrides=["executor=local", *overrides]), run_dir, progress=False), run_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_local_run(tmp_path_factory):
+    return _tiny_local(tmp_path_factory, TINY)
+
+
+@pytest.fixture(scope="module")
+def tiny_5_local_run(tmp_path_factory):
+    return _tiny_local(tmp_path_factory, TINY_5)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("blocks_per_round", [1, 4, 16])
-def test_round_size_never_changes_a_run(tiny_local_run, tmp_path, blocks_per_round):
-    """16 blocks in rounds of 1, 4 or 16: every round boundary restores the learner from its one save per
-    round, refills the replay cache in one read and reloads the actors from their documents, and the run
-    is the local one, bit for bit (parameters, every shard's arrays, counters)."""
+@pytest.mark.parametrize("blocks_per_round, blocks", [(1, 5), (4, 16), (16, 16)])
+def test_round_size_never_changes_a_run(request, tmp_path, blocks_per_round, blocks):
+    """Rounds of 1 (5 blocks), 4 or 16 (16 blocks): every round boundary restores the learner from its one
+    save per round, refills the replay cache in one read and reloads the actors from their documents, and the
+    run is the local one, bit for bit (parameters, every shard's arrays, counters, checkpoints)."""
     from core.config import load_config
     from pipelines.train import train
+    overrides, local = (TINY_5, "tiny_5_local_run") if blocks == 5 else (TINY, "tiny_local_run")
+    local_run = request.getfixturevalue(local)
     run_dir = str(tmp_path / "beam")
-    summary = train(load_config(overrides=["executor=beam", *TINY]), run_dir, progress=False,
+    summary = train(load_config(overrides=["executor=beam", *overrides]), run_dir, progress=False,
                     pipeline_args=[*DIRECT, "--blocks_per_round", str(blocks_per_round)])
-    assert _rounds(run_dir) == [list(range(b, b + blocks_per_round)) for b in range(0, 16, blocks_per_round)]
+    assert _rounds(run_dir) == [list(range(b, b + blocks_per_round)) for b in range(0, blocks, blocks_per_round)]
+    assert len(_replay(run_dir)) == blocks and len(_checkpoints(run_dir)) >= 2     # block 3's and the last
     saves = sorted(n for n in os.listdir(os.path.join(run_dir, "beam", "learner")) if n.startswith("step"))
-    assert saves[-1] == "step_00000016" and len(saves) <= 2, saves     # after block 15; the chain keeps two
-    _assert_same_run(tiny_local_run, (summary, run_dir), f"local vs beam ({blocks_per_round} blocks per round)")
-    _assert_same_checkpoints(tiny_local_run[1], run_dir, f"local vs beam ({blocks_per_round} blocks per round)")
+    assert saves[-1] == f"step_{blocks:08d}" and len(saves) <= 2, saves      # after the last block; the chain keeps two
+    _assert_same_run(local_run, (summary, run_dir), f"local vs beam ({blocks_per_round} blocks per round)")
+    _assert_same_checkpoints(local_run[1], run_dir, f"local vs beam ({blocks_per_round} blocks per round)")
