@@ -105,10 +105,11 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
         self.learner_steps = 0
         self.n_evals = 0
         self.loop = LoopState(next_task=[0] * cfg.actors.num_actors)
-        # Block 0 acts before the learner exists when no action of it reads the policy (policy_versions).
-        self.early = self._submit_uniform_first_block()
-        from pipelines.run.energy import start_run_tracker
+        from pipelines.run.energy import start_run_tracker   # ms: the backend's probe runs on a thread
         self.energy = start_run_tracker(cfg, self.run_dir, self.executor)   # whole run: setup .. final eval
+        # Block 0 acts before the learner exists when no action of it reads the policy (policy_versions);
+        # after the tracker, so its tasks record their stage CPU too.
+        self.early = self._submit_uniform_first_block()
         self.stage = self._place_learner()
         self.restored_versions: List[Dict[str, Any]] = []   # resume: the versions the checkpoint carries
         self.restored_refs: Dict[int, Any] = {}             # resume: learner block -> (payload ref, version)
