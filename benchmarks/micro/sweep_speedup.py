@@ -3,8 +3,8 @@
 All in one invocation, side by side, so every number shares the machine's state. Each run is the default
 config with a short budget (``--steps`` env steps, no early stop), ``--executor local``, the sweep's per-run
 thread settings (:data:`pipelines.sweeps.spec.THREAD_OVERRIDES`: one TensorFlow intra-op and inter-op thread,
-one shard-encoding thread) and the sweep's run environment (:func:`pipelines.sweeps.launch.run_env`:
-single-threaded BLAS/OpenMP), in both cases:
+one shard-encoding thread, one checkpoint-writer thread) and the sweep's run environment
+(:func:`pipelines.sweeps.launch.run_env`: single-threaded BLAS/OpenMP), in both cases:
 
 * **one at a time**: ``python -m pipelines.train --config configs/default.yaml --seed S --set ...
   --run-dir ... --executor local --no-progress`` for seeds ``0..N-1``, each after the last ended;

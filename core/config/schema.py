@@ -81,6 +81,8 @@ class CheckpointConfig:
     keep_every: Optional[int] = None   # also keep every step divisible by this (None = none; else >= 1)
     engine: Literal["auto", "dask"] = "auto"   # dask: the run's Dask workers write the chunks
                                                # (executor dask; a run dir every worker reaches)
+    write_threads: int = 2             # the checkpoint writer's threads: encode/write chunks and copy state
+                                       # to host (engine dask: the writer's own creates and scalars)
 
 
 @dataclasses.dataclass

@@ -122,6 +122,7 @@ _RANGES: Dict[str, Tuple[Any, str]] = {
     "checkpoint.every_steps": (_at_least(1), ">= 1"),
     "checkpoint.keep_last": (_at_least(1), ">= 1"),
     "checkpoint.keep_every": (_optional(_at_least(1)), "null (none kept beyond keep_last) or >= 1"),
+    "checkpoint.write_threads": (lambda v: 1 <= v <= 256, "1..256"),
     "eval.every_env_steps": (_at_least(1), ">= 1"),
     "eval.episodes": (_at_least(1), ">= 1"),
     "eval.target_return": (lambda v: not math.isnan(v), "a number (.inf = never stop at a target)"),

@@ -56,14 +56,16 @@ from pipelines.beam import policy_files
 KEEP_VERSIONS = 8
 
 
-def _checkpointer(run_dir: str, name: str, keep_last: int):
+def _checkpointer(run_dir: str, name: str, keep_last: int, cfg):
     from core.checkpoint import Checkpointer   # zarr + numpy: no TensorFlow
-    return Checkpointer(urls.join(run_dir, *name.split("/")), keep_last=keep_last)
+    return Checkpointer(urls.join(run_dir, *name.split("/")), keep_last=keep_last,
+                        max_workers=cfg.checkpoint.write_threads)
 
 
 def save_best(cfg, run_dir: str, version: int, result: Dict[str, Any]) -> None:
     """Copy version ``version``'s parameters to ``best/`` (the driver's ``save_best``; no TensorFlow)."""
-    versions, best = _checkpointer(run_dir, "beam/versions", KEEP_VERSIONS), _checkpointer(run_dir, "best", 1)
+    versions, best = (_checkpointer(run_dir, "beam/versions", KEEP_VERSIONS, cfg),
+                      _checkpointer(run_dir, "best", 1, cfg))
     try:
         state, _ = versions.restore(int(version))
         best.save(int(version), {"params": state["params"]},
@@ -82,8 +84,8 @@ class BlockLearner:
         from pipelines.run.learner_stage import LearnerStage
         self.cfg, self.run_dir = cfg, run_dir
         self.stage = LearnerStage(cfg, run_dir)
-        self.chain = _checkpointer(run_dir, "beam/learner", 2)
-        self.versions = _checkpointer(run_dir, "beam/versions", KEEP_VERSIONS)
+        self.chain = _checkpointer(run_dir, "beam/learner", 2, cfg)
+        self.versions = _checkpointer(run_dir, "beam/versions", KEEP_VERSIONS, cfg)
         self.fixed_s = {"build": time.perf_counter() - t0, "restore": 0.0, "save": 0.0}   # a round's fixed cost
         self.at_block: Optional[int] = None     # the block whose end state the in-memory learner holds
         self.cache_block = -1                   # the last block whose shard this process's replay cache holds

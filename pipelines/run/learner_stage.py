@@ -108,8 +108,10 @@ def learner_parts(cfg, run_dir: str, create_store: bool = False,
     cache = ReplayCache(store, max_transitions=cache_rows or cfg.replay.capacity)
     return {"spec": spec, "store": store, "tf_threads": tf_threads,
             "ckpt": Checkpointer(urls.join(run_dir, "checkpoints"), keep_last=cfg.checkpoint.keep_last,
-                                 keep_every=cfg.checkpoint.keep_every, **(checkpoint_engine or {})),
-            "best_ckpt": Checkpointer(urls.join(run_dir, "best"), keep_last=1),
+                                 keep_every=cfg.checkpoint.keep_every, max_workers=cfg.checkpoint.write_threads,
+                                 **(checkpoint_engine or {})),
+            "best_ckpt": Checkpointer(urls.join(run_dir, "best"), keep_last=1,
+                                      max_workers=cfg.checkpoint.write_threads),
             "builder": builder, "learner": learner, "cache": cache,
             "sampler": builder.make_sampler(cache, cfg.agent),
             "quantizer": PolicyQuantizer(cfg.actors.precision, patch=True)}

@@ -50,10 +50,12 @@ from core.config import MAX_SEED, ConfigError
 
 #: keys the sweep sets itself, refused in ``set`` and ``grid``
 RESERVED_KEYS = ("seed", "executor", "run_dir", "dask.address")
-#: overrides every run gets before the spec's own: one TensorFlow intra-op and inter-op thread and one
-#: tensorstore shard-encoding thread per run (TF fixes its pools per process; the sweep's parallelism is across
-#: runs; the shard bytes do not depend on the thread count). A spec's ``set`` may change them.
-THREAD_OVERRIDES = ("threads.tf_intra_op=1", "threads.tf_inter_op=1", "replay.write_threads=1")
+#: overrides every run gets before the spec's own: one TensorFlow intra-op and inter-op thread, one tensorstore
+#: shard-encoding thread and one checkpoint-writer thread per run (TF fixes its pools per process; the sweep's
+#: parallelism is across runs; shard and checkpoint bytes do not depend on the thread counts). A spec's ``set``
+#: may change them.
+THREAD_OVERRIDES = ("threads.tf_intra_op=1", "threads.tf_inter_op=1", "replay.write_threads=1",
+                    "checkpoint.write_threads=1")
 SPEC_KEYS = ("configs", "seeds", "grid", "set")
 ENTRY_KEYS = ("config", "name", "seeds", "set")
 MAX_NAME = 120

@@ -12,13 +12,29 @@ def test_pairs_alternate_and_each_ratio_is_beam_over_local(tmp_path):
 
     def run(executor, run_dir):
         calls.append((executor, run_dir[len(str(tmp_path)) + 1:]))
-        return speeds[executor][sum(e == executor for e, _ in calls) - 1]
+        whole = speeds[executor][sum(e == executor for e, _ in calls) - 1]
+        return {"whole": whole, "loop": 2 * whole if executor == "local" else whole}
 
     rows = beam_throughput.measure(3, run, str(tmp_path), log=lambda line: None)
     assert calls == [("local", "p0-local"), ("beam", "p0-beam"), ("beam", "p1-beam"), ("local", "p1-local"),
                      ("local", "p2-local"), ("beam", "p2-beam")]
     assert [(r["local"], r["beam"], r["ratio"]) for r in rows] == [(1000.0, 600.0, 0.6), (800.0, 400.0, 0.5),
                                                                    (500.0, 450.0, 0.9)]
+    assert [(r["local_loop"], r["beam_loop"], r["ratio_loop"]) for r in rows] == [
+        (2000.0, 600.0, 0.3), (1600.0, 400.0, 0.25), (1000.0, 450.0, 0.45)]
+
+
+def test_a_run_is_timed_from_process_start_to_exit_and_read_from_its_summary(tmp_path, monkeypatch):
+    clock = iter([10.0, 18.0])
+    monkeypatch.setattr(beam_throughput.time, "perf_counter", lambda: next(clock))
+
+    def fake_run(cmd, **kwargs):
+        run_dir = cmd[cmd.index("--run-dir") + 1]
+        (tmp_path / "summary.json").write_text('{"env_steps": 16384, "env_steps_per_s": 4096.0}')
+        assert run_dir == str(tmp_path)
+        return beam_throughput.subprocess.CompletedProcess(cmd, 0, "", "")
+    monkeypatch.setattr(beam_throughput.subprocess, "run", fake_run)
+    assert beam_throughput.run_train("local", 16384, str(tmp_path)) == {"whole": 2048.0, "loop": 4096.0}
 
 
 def test_the_train_command_is_the_cli_with_the_budget_first():

@@ -132,6 +132,7 @@ BAD_VALUES = {
     "learner.replay_ratio": float("inf"), "learner.steps_per_call": 0,
     "learner.resources": {"GPU": 0.0},
     "checkpoint.every_steps": 0, "checkpoint.keep_last": 0, "checkpoint.keep_every": 0,
+    "checkpoint.write_threads": 0,
     "eval.every_env_steps": 0, "eval.episodes": 0, "eval.target_return": float("nan"), "eval.confirm_episodes": -1,
     "dask.address": "foo://x", "dask.n_workers": -1, "dask.threads_per_worker": 0, "dask.task_retries": -1,
     "carbon.country": "US", "carbon.pue": 0.9,

@@ -52,7 +52,7 @@ def test_runs_are_named_readably_and_expand_configs_x_settings_x_seeds():
     assert runs[0].name == 'default__actors.precision=fp32__learner.resources=-GPU-1-__s0'
     assert [r.seed for r in runs[:3]] == [0, 1, 5]
     assert runs[0].overrides == ["threads.tf_intra_op=1", "threads.tf_inter_op=1", "replay.write_threads=1",
-                                 "total_env_steps=2048",
+                                 "checkpoint.write_threads=1", "total_env_steps=2048",
                                  "actors.precision=fp32", 'learner.resources={"GPU": 1}']
     assert runs[0].train_args("R")[-5:] == ["--run-dir", "R", "--executor", "local", "--no-progress"]
 

@@ -58,12 +58,12 @@ def test_the_learning_suite_spec_has_100_runs_default_with_10_seeds():
 def test_budgets_and_settings_reach_each_run_in_order():
     ratio = {r.name: r for r in expand(read_spec(os.path.join(SPECS, "actorq-ratio.yml")))}
     assert ratio["cartpole-dqn-r0.0625__s2"].overrides == [
-        "threads.tf_intra_op=1", "threads.tf_inter_op=1", "replay.write_threads=1", "learner.replay_ratio=0.0625",
+        "threads.tf_intra_op=1", "threads.tf_inter_op=1", "replay.write_threads=1", "checkpoint.write_threads=1", "learner.replay_ratio=0.0625",
         "total_env_steps=400000",
         "actors.precision=fp32", "carbon.backend=process-time"]
     study = {r.name: r for r in expand(read_spec(os.path.join(SPECS, "actorq-study.yml")))}
     run = study["pendulum-d4pg__actors.precision=int8-dynamic__s1"]
-    assert run.overrides[3:] == ["total_env_steps=4000", "carbon.backend=process-time", "actors.precision=int8-dynamic"]
+    assert run.overrides[4:] == ["total_env_steps=4000", "carbon.backend=process-time", "actors.precision=int8-dynamic"]
     assert (run.label, run.setting, os.path.relpath(run.config, REPO)) == (
         "pendulum-d4pg", {"actors.precision": "int8-dynamic"}, "configs/actorq/pendulum-d4pg.yaml")
 
