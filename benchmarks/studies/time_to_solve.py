@@ -3,13 +3,20 @@
 Systems, each run in a fresh process whose clock starts at process start
 (imports, cluster start-up and evaluations included):
 
-* ``databloom``: ``python -m pipelines.train --seed S`` (configs/default.yaml:
-  double DQN, int8 actors on Dask), read from the run's summary.json;
+* ``databloom``: the shipped default, ``python -m pipelines.train --config configs/default.yaml --seed S``
+  (double DQN, int8 actors on Dask), read from the run's summary.json. The runs are one product sweep
+  (:mod:`pipelines.sweeps`: spec, validation of every run before any starts, run directories, status
+  records, a failed run's one-line error), each run started alone in its seed's slot. Two things stay
+  the default's rather than the sweep's, since this is a timing of the default as a user starts it: its
+  thread settings (the spec's ``set`` restores the config's own values of the keys the sweep sets to one
+  thread, :data:`pipelines.sweeps.spec.THREAD_OVERRIDES`) and its executor and environment
+  (:class:`DefaultRunBackend`: the config's executor, Dask, unless ``--executor``; this process's
+  environment, without the sweep's single-threaded BLAS/OpenMP);
 * ``sb3-dqn`` / ``sb3-ppo``: Stable-Baselines3 with the rl-baselines3-zoo
   CartPole-v1 settings (``benchmarks/studies/sb3_cartpole.py``; PPO on 8 envs), which
   need ``pip install -e ".[bench]"``.
 
-For each seed the systems run back to back, the order rotated by the seed
+For each seed the systems run back to back, one process at a time, the order rotated by the seed
 (seed 0: databloom, dqn, ppo; seed 1: dqn, ppo, databloom; ...), so slow drifts
 in machine load hit all alike. Every run uses the same rule for its first
 hit: every ``--eval-every`` env steps (default 4,000, the default config's
@@ -20,8 +27,11 @@ Every system stops at its first hit.
 
 Per system: solved k/N, median time and env steps to 475 (a run that never
 reached it counts as infinitely slow, see ``benchmarks.studies.suite_report.median_to_target``),
-median final return. Writes ``--out`` (JSON, every run) and the markdown table
-beside it (``.md``).
+median final return. Writes ``--out`` (JSON, every run; a DataBloom run's record adds its sweep run
+name ``run`` and ``process_wall_s``) and the markdown table beside it (``.md``). The sweep directory is a
+temporary one, deleted at the end, as the run directories were before. SIGINT or SIGTERM during a
+DataBloom run stops it (the sweep's planned stop) and the benchmark, with exit status 130; ``--out``
+keeps the runs that ended.
 
     python benchmarks/studies/time_to_solve.py               # 5 seeds x 3 systems (est. 15-25 min, quiet 2 cores)
     python benchmarks/studies/time_to_solve.py --systems databloom --seeds 3 --executor local
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib.util
 import json
 import os
@@ -43,10 +54,14 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from pipelines.cli import cli_errors  # noqa: E402
+from pipelines.sweeps import launch  # noqa: E402
+from pipelines.sweeps.launch import LocalBackend  # noqa: E402
 
 SYSTEMS = ("databloom", "sb3-dqn", "sb3-ppo")
+STOPPED = 130   # exit status after SIGINT/SIGTERM stopped a DataBloom run (benchmarks.studies.suite_runs.STOPPED)
 TARGET = 475.0
 DEFAULT_OUT = os.path.join(ROOT, "benchmarks", "results", "time_to_solve.json")
+DEFAULT_CONFIG = os.path.join(ROOT, "configs", "default.yaml")   # pipelines.train's default
 
 
 def check_sb3(systems: Sequence[str]) -> None:
@@ -65,32 +80,97 @@ def run_order(seed: int, systems: Sequence[str]) -> List[str]:
     return list(systems[k:]) + list(systems[:k])
 
 
-def _env(args: argparse.Namespace) -> Dict[str, str]:
+def _env() -> Dict[str, str]:
+    """This process's environment with the repository importable (every run's, DataBloom's and SB3's)."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
 
 
-def databloom_command(seed: int, run_dir: str, args: argparse.Namespace) -> List[str]:
-    cmd = [sys.executable, "-m", "pipelines.train", "--no-progress", "--seed", str(seed), "--run-dir", run_dir,
-           "--set", f"eval.every_env_steps={args.eval_every}", "--set", "eval.episodes=20",
-           "--set", f"eval.confirm_episodes={args.confirm_episodes}", "--set", f"eval.target_return={TARGET:g}"]
-    if args.executor:
-        cmd += ["--executor", args.executor]
-    for item in args.overrides:
-        cmd += ["--set", item]
-    return cmd
+def thread_overrides(config: str) -> List[str]:
+    """The config's own values of the keys every sweep run sets to one thread (``THREAD_OVERRIDES``), as ``--set``."""
+    from core.config import load_config
+    from pipelines.sweeps.spec import THREAD_OVERRIDES, value_text
+    cfg = load_config(config, [])
+    keys = [item.partition("=")[0] for item in THREAD_OVERRIDES]
+    return [f"{k}={value_text(functools.reduce(getattr, k.split('.'), cfg))}" for k in keys]
 
 
-def run_databloom(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
-    from benchmarks.studies.suite_report import suite_record
-    with tempfile.TemporaryDirectory() as tmp:
-        run_dir = os.path.join(tmp, "run")
-        cmd = databloom_command(seed, run_dir, args)
-        proc = subprocess.run(cmd, cwd=ROOT, env=_env(args), capture_output=True, text=True)
-        if proc.returncode != 0 or not os.path.exists(os.path.join(run_dir, "summary.json")):
-            return _failed(cmd, proc)
-        rec = suite_record(run_dir)
-    keep = ("reached", "time_to_target_s", "env_steps_to_target", "final_return", "env_steps", "executor", "curve")
-    return {"status": "ok", **{k: rec[k] for k in keep}, "command": _shown(cmd)}
+def databloom_spec(args: argparse.Namespace):
+    """The DataBloom side as a sweep spec: the default config, seeds 0..N-1, its threads, the evaluation, ``--set``."""
+    from pipelines.sweeps.spec import ConfigEntry, SweepSpec
+    evals = [f"eval.every_env_steps={args.eval_every}", "eval.episodes=20",
+             f"eval.confirm_episodes={args.confirm_episodes}", f"eval.target_return={TARGET:g}"]
+    return SweepSpec(configs=[ConfigEntry(DEFAULT_CONFIG, name="databloom")], seeds=list(range(args.seeds)),
+                     overrides=[*thread_overrides(DEFAULT_CONFIG), *evals, *args.overrides])
+
+
+def with_executor(train_args: Sequence[str], executor: Optional[str]) -> List[str]:
+    """A sweep run's ``pipelines.train`` arguments with ``executor`` in place of the sweep's ``--executor local``.
+
+    ``executor`` None drops it (the config's own executor); arguments without ``--executor`` (a ``--resume``)
+    are returned as they are.
+    """
+    args = list(train_args)
+    if "--executor" not in args:
+        return args
+    i = args.index("--executor")
+    return args[:i] + (["--executor", executor] if executor else []) + args[i + 2:]
+
+
+class DefaultRunBackend(LocalBackend):
+    """The sweep's local backend, one run at a time, whose run starts as a user starts the default.
+
+    Its runs use ``executor`` (None: the config's own, Dask) instead of the sweep's ``--executor local``,
+    and this process's environment instead of the sweep's single-threaded BLAS/OpenMP
+    (:data:`pipelines.sweeps.launch.THREAD_ENV`), from the repository. ``commands`` holds each run's arguments as started.
+    """
+
+    def __init__(self, executor: Optional[str]):
+        super().__init__(workers=1)
+        self.executor = executor
+        self.commands: Dict[str, List[str]] = {}
+
+    def start(self, name: str, args: Sequence[str], log_path: str) -> None:
+        args = with_executor(args, self.executor)
+        self.commands[name] = args
+        log = launch.open_log(log_path, args)
+        proc = subprocess.Popen(launch.train_command(args), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env=_env(), stdin=subprocess.DEVNULL, start_new_session=True)
+        self._procs[name] = (proc, log)
+
+
+class DataBloomRuns:
+    """The DataBloom side as one sweep in ``root``: every run validated up front, then :meth:`run` one seed's."""
+
+    def __init__(self, root: str, args: argparse.Namespace):
+        from pipelines.sweeps.job import prepare
+        self.sweep, spec, runs = prepare(databloom_spec(args), root, resume=False)
+        self.sweep.create(spec, runs, argv=sys.argv[1:])
+        self.runs = {r.seed: r for r in runs}
+        self.backend = DefaultRunBackend(args.executor)
+        self.stopped: Optional[str] = None     # the signal that stopped a run (SIGINT, SIGTERM)
+
+    def run(self, seed: int) -> Dict[str, Any]:
+        """Run seed ``seed``'s run alone (a sweep of that one run) and return its record."""
+        from benchmarks.studies.suite_report import suite_record
+        from pipelines.sweeps.runner import run_sweep
+        run = self.runs[seed]
+        result = run_sweep(self.sweep, [run], self.backend, progress=False)
+        self.stopped = (result["signal"] or [None])[0]
+        status = self.sweep.read_status(run.name)
+        args = self.backend.commands.get(run.name, run.train_args(self.sweep.run_dir(run.name)))
+        command = _shown([sys.executable, "-m", "pipelines.train",
+                          *[os.path.relpath(a, ROOT) if a == run.config else a for a in args]])
+        base = {"run": run.name, "process_wall_s": status.wall_s, "command": command}
+        if run.name not in result["done"]:
+            return {"status": "failed", "returncode": status.returncode,
+                    "error": status.error or f"the run was {status.state}", "reached": False,
+                    "time_to_target_s": None, "env_steps_to_target": None, "final_return": None, **base}
+        rec = suite_record(self.sweep.run_dir(run.name))
+        keep = ("reached", "time_to_target_s", "env_steps_to_target", "final_return", "env_steps", "executor", "curve")
+        return {"status": "ok", **{k: rec[k] for k in keep}, **base}
+
+    def close(self) -> None:
+        self.backend.close()
 
 
 def sb3_command(algo: str, seed: int, args: argparse.Namespace) -> List[str]:
@@ -101,7 +181,7 @@ def sb3_command(algo: str, seed: int, args: argparse.Namespace) -> List[str]:
 
 def run_sb3(algo: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
     cmd = sb3_command(algo, seed, args)
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(args), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         return _failed(cmd, proc)
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -120,8 +200,8 @@ def _failed(cmd: List[str], proc: subprocess.CompletedProcess) -> Dict[str, Any]
             "command": _shown(cmd)}
 
 
-def run_one(system: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
-    rec = run_databloom(seed, args) if system == "databloom" else run_sb3(system.split("-")[1], seed, args)
+def run_one(system: str, seed: int, args: argparse.Namespace, databloom: Optional[DataBloomRuns]) -> Dict[str, Any]:
+    rec = databloom.run(seed) if system == "databloom" else run_sb3(system.split("-")[1], seed, args)
     return {"system": system, "seed": seed, **rec}
 
 
@@ -216,14 +296,24 @@ def main(argv: Optional[List[str]] = None) -> int:
               "git_commit": commit, "git_dirty": dirty, "machine": machine_info(with_load=False), "argv": sys.argv[1:],
               "eval": {"every_env_steps": args.eval_every, "episodes": 20, "confirm_episodes": args.confirm_episodes,
                        "target": TARGET}, "runs": []}
-    for seed in range(args.seeds):
-        for system in run_order(seed, args.systems):
-            rec = run_one(system, seed, args)
-            result["runs"].append(rec)
-            shown = _cell(rec["time_to_target_s"], rec["env_steps_to_target"]) if rec["status"] == "ok" \
-                else rec["error"]
-            print(f"seed {seed} {system}: {rec['status']}, {shown}", flush=True)
-            _write(args.out, result)   # after every run: an interrupted benchmark keeps what it measured
+    with tempfile.TemporaryDirectory(prefix="time-to-solve-") as tmp:
+        databloom = DataBloomRuns(os.path.join(tmp, "sweep"), args) if "databloom" in args.systems else None
+        try:
+            for seed in range(args.seeds):
+                for system in run_order(seed, args.systems):
+                    rec = run_one(system, seed, args, databloom)
+                    if databloom is not None and databloom.stopped:
+                        print(f"stopped by {databloom.stopped}: {len(result['runs'])} runs kept in {args.out}",
+                              file=sys.stderr)
+                        return STOPPED
+                    result["runs"].append(rec)
+                    shown = _cell(rec["time_to_target_s"], rec["env_steps_to_target"]) if rec["status"] == "ok" \
+                        else rec["error"]
+                    print(f"seed {seed} {system}: {rec['status']}, {shown}", flush=True)
+                    _write(args.out, result)   # after every run: an interrupted benchmark keeps what it measured
+        finally:
+            if databloom is not None:
+                databloom.close()
     rows = summarize(result["runs"], args.systems)
     result["rows"] = rows
     table = markdown_table(rows)
