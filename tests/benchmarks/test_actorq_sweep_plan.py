@@ -72,3 +72,12 @@ def test_main_prints_the_table_and_refuses_missing_records(tmp_path, capsys):
     assert plan.main(["--records", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --records") and len(err.splitlines()) == 1
+
+
+def test_the_archived_study_runs_give_the_measured_rows():
+    """The committed archive (read in place): 6 runs of each measured config, fp32 and int8-dynamic, seeds 0-2."""
+    configs = [CARTPOLE, "configs/actorq/pendulum-d4pg.yaml", "configs/actorq/dmc-cartpole-balance-d4pg.yaml"]
+    rows = plan.collect(configs + [MOUNTAINCAR], list(plan.read_runs(plan.RECORDS)))
+    assert [(r["source"], len(r["seconds"]), round(r["per_run_s"], 1)) for r in rows] == [
+        ("measured", 6, 1207.4), ("measured", 6, 163.2), ("measured", 6, 210.0), ("est.", 0, 3894.0)]
+    assert rows[3]["learner_steps"] == 50_000 and rows[3]["rate_runs"] == 6     # cartpole-dqn's 6 runs set the rate

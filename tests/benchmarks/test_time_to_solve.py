@@ -74,7 +74,7 @@ def test_time_to_solve_without_sb3_one_line_error(tmp_path, monkeypatch, capsys)
 
 #: Stands in for pipelines.train: builds the config its arguments ask for, notes what it saw (arguments, config,
 #: OMP_NUM_THREADS, cwd) in $TTS_SEEN/s<seed>.json, and writes a run directory that reached 475 at 10 + seed
-#: seconds, or fails with one error line for the seed in $TTS_FAIL.
+#: seconds, or fails with one error line for the seed in $TTS_FAIL, or trains until SIGTERM for $TTS_HANG.
 FAKE_TRAIN = """
 import dataclasses, json, os, sys
 from core.config import load_config
@@ -85,6 +85,12 @@ cfg = load_config(opt("--config")[0], opt("--set") + [f"executor={e}" for e in o
 config = dataclasses.asdict(cfg)
 seen = {"args": args, "config": config, "omp": os.environ.get("OMP_NUM_THREADS"), "cwd": os.getcwd()}
 json.dump(seen, open(os.path.join(os.environ["TTS_SEEN"], f"s{seed}.json"), "w"))
+if str(seed) == os.environ.get("TTS_HANG"):            # trains until SIGTERM, then exits as a planned stop does
+    import signal, time
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(130))
+    open(os.path.join(os.environ["TTS_SEEN"], "hanging"), "w").close()
+    while True:
+        time.sleep(0.05)
 if str(seed) == os.environ.get("TTS_FAIL"):
     print("Traceback...\\nerror: the env exploded at step 7", file=sys.stderr)
     sys.exit(2)
@@ -109,6 +115,7 @@ def fake_train(tmp_path, monkeypatch):
     monkeypatch.setenv("TTS_SEEN", str(seen))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("TTS_FAIL", raising=False)
+    monkeypatch.delenv("TTS_HANG", raising=False)
     return seen
 
 
@@ -175,6 +182,26 @@ def test_databloom_runs_alternate_with_sb3_one_at_a_time(tmp_path, fake_train, m
     assert calls == [("dqn", 0), ("ppo", 0), ("dqn", 1), ("ppo", 1)]
     assert [r["solved"] for r in data["rows"]] == [2, 2, 2]
     assert "| databloom | 10.0 s / 8k | 11.0 s / 8k |" in (tmp_path / "t.md").read_text()
+
+
+def test_a_stop_signal_stops_the_run_and_the_benchmark_keeping_what_ended(tmp_path, fake_train, monkeypatch, capsys):
+    import signal
+    import threading
+    import time
+    monkeypatch.setenv("TTS_HANG", "1")
+
+    def stop_when_hanging():
+        deadline = time.monotonic() + 60
+        while not (fake_train / "hanging").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_when_hanging, daemon=True).start()
+    out = tmp_path / "t.json"
+    assert tts.main(["--systems", "databloom", "--seeds", "3", "--out", str(out)]) == tts.STOPPED
+    assert [r["run"] for r in json.loads(out.read_text())["runs"]] == ["databloom__s0"]   # seed 2 never started
+    assert capsys.readouterr().err.startswith(f"stopped by SIGTERM: 1 runs kept in {out}")
+    assert sorted(os.listdir(fake_train)) == ["hanging", "s0.json", "s1.json"]
 
 
 @pytest.mark.parametrize("item, message", [
