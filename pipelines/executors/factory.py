@@ -58,32 +58,15 @@ def make_pass_executor(kind: str, pipeline_args: Optional[List[str]] = None, das
 def run_with_executor(trainer_cls, cfg, run_dir: str, progress: bool = True, resume: bool = False) -> dict:
     """Start ``cfg.executor``, run ``trainer_cls(cfg, run_dir, executor, ...)``, always close the executor.
 
-    While an embedded Dask cluster starts (its worker processes boot on the other cores and this
-    process mostly waits), TensorFlow imports on a background thread: the learner's set-up then
-    finds it imported, and start-up overlaps instead of adding up.
+    Nothing imports alongside an embedded Dask cluster's start: its worker processes booting keep
+    both cores of a 2-core machine busy, so TensorFlow importing on a thread beside them (as until
+    2026-12-06) only slowed the cluster (LocalCluster 0.8 s alone, 1.8-2.2 s beside it, measured)
+    and with it the first env step. TensorFlow now imports in the learner's set-up, after block 0's
+    rollouts are submitted (``Trainer._setup``), while they step.
     """
-    if cfg.executor == "dask":
-        import_in_background("tensorflow")
     executor = make_executor(cfg.executor, cfg)
     try:
         return trainer_cls(cfg, run_dir, executor, progress=progress, resume=resume).run()
     finally:
         executor.close()
 
-
-def import_in_background(module: str):
-    """Import ``module`` on a daemon thread; returns the thread (a later ``import`` waits for it).
-
-    numpy and distributed are imported first, here: the modules both threads need are then
-    complete before the threads overlap, so neither waits on the other's half-imported module.
-    Only imports run there (no TF ops), so thread-pool settings made later still apply.
-    """
-    import importlib
-    import threading
-
-    import distributed  # noqa: F401
-    import numpy  # noqa: F401
-    thread = threading.Thread(target=importlib.import_module, args=(module,), name=f"import-{module}",
-                              daemon=True)
-    thread.start()
-    return thread

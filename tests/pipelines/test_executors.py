@@ -208,18 +208,3 @@ def test_a_bad_learner_resources_value_is_one_line_naming_the_valid_forms(tmp_pa
     assert not (tmp_path / "run").exists()
     assert config_lib.from_dict({"learner": {"resources": {"GPU": 1, "learner": 0.5}}}).learner.resources == {
         "GPU": 1.0, "learner": 0.5}
-
-
-def test_import_in_background_imports_the_module_on_a_daemon_thread(tmp_path, monkeypatch):
-    """The embedded Dask cluster's start overlaps TensorFlow's import (pipelines.executors.factory.run_with_executor)."""
-    import sys
-    from pipelines.executors.factory import import_in_background
-    (tmp_path / "slow_to_import_module.py").write_text("import time\ntime.sleep(0.2)\nVALUE = 42\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "slow_to_import_module", raising=False)
-    thread = import_in_background("slow_to_import_module")
-    assert thread.daemon and thread.name == "import-slow_to_import_module"
-    import slow_to_import_module            # waits for the thread's import, never runs the module twice
-    thread.join(5)
-    assert slow_to_import_module.VALUE == 42 and not thread.is_alive()
-    assert sys.modules["slow_to_import_module"] is slow_to_import_module
