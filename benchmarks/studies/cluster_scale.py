@@ -22,7 +22,10 @@ scheduler. This study makes the actors cost (almost) no CPU, so that a
   run on ``min(N, --max-processes)`` worker processes with enough threads for
   one actor each: a waiting env holds no GIL, so threads scale like processes
   here, and 64 processes would take ~64 x 180 MB of memory (the record gives
-  the workers' RSS);
+  the workers' RSS); the scheduler, the workers and the driver's client run
+  with :data:`pipelines.executors.dask_config.QUIET_CLUSTER` (no work
+  stealing, no profiler, a 1 s event-loop tick), as README's "Running on a
+  cluster" starts a cluster;
 * **blocks** hold ``--block-rows`` rows (4,096 by default: the issue's bound)
   at every N; a task is ``--num-envs`` x ``--steps-per-task`` rows (8 x 8),
   so a block is 64 tasks however they are spread over actors.
@@ -166,14 +169,17 @@ def planned_steps(args, n: int) -> int:
 
 def measure(args, n: int, root: str) -> Dict[str, Any]:
     """One run at N actors on a fresh cluster; its steady-state record."""
+    import dask
     from pipelines.executors.common import thread_env
     from pipelines.executors.dask import DaskExecutor
+    from pipelines.executors.dask_config import QUIET_CLUSTER
     from pipelines.run.learner_stage import LearnerStage
     cfg = run_config(args, n, planned_steps(args, n))
     processes = min(n, args.max_processes)
     threads = -(-n // processes)
     run_dir = os.path.join(root, f"n{n}")
-    with ClusterProcesses(processes, threads, env=thread_env(cfg), root=root) as cluster:
+    with ClusterProcesses(processes, threads, env=thread_env(cfg), root=root) as cluster, \
+            dask.config.set(QUIET_CLUSTER):     # the client's side of the cluster's settings
         executor = DaskExecutor(address=cluster.address, retries=cfg.dask.task_retries)
         if args.one_by_one:      # common.submit_batch falls back to one submit per call
             executor.submit_batch = None

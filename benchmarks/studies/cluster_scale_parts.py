@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from pipelines.executors.dask_config import QUIET_CLUSTER, env_vars
 from pipelines.run.driver import Trainer
 from pipelines.run.in_process_stage import InProcessStage
 from pipelines.run.learner_stage import LearnerStage
@@ -48,8 +49,9 @@ class ClusterProcesses:
 
     def __init__(self, processes: int, threads: int, env: Dict[str, str], root: str, start_timeout_s: float = 120):
         self.processes, self.threads, self.root, self.timeout = processes, threads, root, start_timeout_s
-        # No work stealing, as the embedded cluster of pipelines.executors.dask: actors stay on their worker.
-        self.env = {**os.environ, **env, "PYTHONPATH": REPO, "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False"}
+        # Dask's settings for few, long, pinned tasks (no stealing, profiler or 20 ms tick), as a user's
+        # cluster should run them (README "Running on a cluster"); the driver's client gets them in-process.
+        self.env = {**os.environ, **env, "PYTHONPATH": REPO, **env_vars(QUIET_CLUSTER)}
         self.procs: List[subprocess.Popen] = []
         self.address: Optional[str] = None
 

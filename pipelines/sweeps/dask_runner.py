@@ -31,20 +31,15 @@ import time
 import uuid
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from pipelines.executors.dask_config import QUIET_CLUSTER
 from pipelines.sweeps.launch import open_log, run_env, train_command
 
-#: the embedded cluster's settings: its tasks only wait on a run's process, so the worker's statistical
-#: profiler (a stack sample every 10 ms), the 0.5 s system monitor with its GIL probe, the 100 ms memory
-#: monitor, work stealing and the active memory manager only spent the sweep's CPU: 2 idle tasks cost
-#: 0.55-0.62 s of CPU per 10 s with Dask's defaults and 0.29-0.37 s with these (2026-12-06, loaded 2-core EPYC)
-EMBEDDED_CLUSTER_CONFIG = {
-    "distributed.worker.profile.enabled": False,
-    "distributed.admin.system-monitor.interval": "10s",
-    "distributed.admin.system-monitor.gil.enabled": False,
-    "distributed.worker.memory.monitor-interval": "10s",
-    "distributed.scheduler.work-stealing": False,
-    "distributed.scheduler.active-memory-manager.start": False,
-}
+#: the embedded cluster's settings: its tasks only wait on a run's process, so Dask's dashboard machinery
+#: (:data:`~pipelines.executors.dask_config.QUIET_CLUSTER`) and the 100 ms memory monitor only spent the
+#: sweep's CPU: 2 idle tasks cost 0.55-0.62 s of CPU per 10 s with Dask's defaults and 0.29-0.37 s without
+#: the profiler, monitors, stealing and memory manager (2026-12-06, loaded 2-core EPYC; the 20 ms tick was
+#: still on then)
+EMBEDDED_CLUSTER_CONFIG = {**QUIET_CLUSTER, "distributed.worker.memory.monitor-interval": "10s"}
 
 
 def nanny_spawn_variables() -> List[str]:
