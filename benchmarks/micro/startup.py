@@ -7,8 +7,8 @@ checkout's median to the first checkout's.
 
 Runs ``python -m pipelines.train`` (the default config, a short budget, no
 evaluation) from each given checkout in turn, alternating, ``--pairs`` times,
-and prints per run the seconds from the process's start (``psutil``
-create time) to the first ``config`` record (imports, the embedded Dask
+and prints per run the seconds from the process's start (the wall clock
+just before it is started) to the first ``config`` record (imports, the embedded Dask
 cluster, the learner's set-up), to the first env step and to the first
 ``commit`` record (the first shard of env steps in the replay). The first env
 step is the end of the first ``SyncVectorEnv.step`` call in any process of
@@ -78,8 +78,7 @@ if _PATH:
 
 def one_run(checkout: str, overrides: Sequence[str], whole: bool = False) -> Dict[str, float]:
     """One default run from ``checkout`` (short unless ``whole``); seconds to its first config record, env step
-    and commit record."""
-    import psutil
+    and commit record, from just before the process is started."""
     with tempfile.TemporaryDirectory(prefix="startup-") as d:
         os.makedirs(f"{d}/hook")
         with open(f"{d}/hook/sitecustomize.py", "w") as f:
@@ -89,11 +88,11 @@ def one_run(checkout: str, overrides: Sequence[str], whole: bool = False) -> Dic
             cmd += ["--set", "total_env_steps=4096", "--set", "eval.every_env_steps=100000"]
         for o in overrides:
             cmd += ["--set", o]
+        start = time.time()     # the wall clock the run's records and the hook write (not psutil's, below)
         proc = subprocess.Popen(cmd, cwd=checkout,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": f"{d}/hook{os.pathsep}{os.path.abspath(checkout)}",
                                      "DATABLOOM_FIRST_STEP_FILE": f"{d}/first_step"})
-        start = psutil.Process(proc.pid).create_time()
         _, err = proc.communicate()
         if proc.returncode != 0:
             raise SystemExit(f"error: the run from {checkout} failed (exit {proc.returncode}): "
@@ -115,6 +114,20 @@ PHASES = ("imports", "config", "dask_cluster", "energy_tracker", "store_creation
           "actor_policy_build", "litert_interpreter", "first_env_step")
 
 
+def process_start_time(pid: int) -> float:
+    """When process ``pid`` started, on the wall clock (``time.time()``).
+
+    ``psutil.Process.create_time()`` adds the process's start, in clock ticks since boot, to the boot time
+    in ``/proc/stat``, which is a whole number of seconds: every process then looks up to 1 s older than it
+    is (0.87 s on 2026-12-06's machine, so every figure of this script was 0.87 s too high). The boot time
+    is taken here to the hundredth from ``/proc/uptime`` instead.
+    """
+    import psutil
+    with open("/proc/uptime") as f:
+        boot = time.time() - float(f.read().split()[0])
+    return psutil.Process(pid).create_time() - psutil.boot_time() + boot
+
+
 def phase_child() -> Dict[str, float]:
     """In a fresh process: seconds of each start-up phase of the default config, each with its own imports.
 
@@ -129,10 +142,9 @@ def phase_child() -> Dict[str, float]:
     ``litert_interpreter``: a LiteRT interpreter on it, first invoke; ``first_env_step``: the actor's
     vector env made, reset and stepped once.
     """
-    import psutil
     seconds: Dict[str, float] = {}
     import pipelines.train  # noqa: F401  (the command-line tool's own imports)
-    seconds["imports"] = time.time() - psutil.Process().create_time()
+    seconds["imports"] = time.time() - process_start_time(os.getpid())
     mark = time.perf_counter()
 
     def lap(name: str) -> None:

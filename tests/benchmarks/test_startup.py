@@ -34,3 +34,16 @@ def test_the_hook_records_the_first_env_step_once_and_the_steps_are_unchanged(tm
     plain = _run(tmp_path, hook=False)
     assert plain.stdout.split(" ", 1)[1] == observations           # the same env steps without the hook
     assert not (tmp_path / "first_step").exists()
+
+
+def test_a_process_start_time_is_not_up_to_a_second_early():
+    """psutil's create_time() rests on /proc/stat's whole-second boot time (up to 1 s early); the script's
+    start is the wall clock the child itself sees at its start, within the interpreter's start-up."""
+    import time
+    code = "import os, sys, time; t = time.time(); sys.path.insert(0, 'benchmarks/micro'); import startup; " \
+           "print(t, startup.process_start_time(os.getpid()))"
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))).stdout
+    child_now, started = map(float, out.split())
+    assert before - 0.02 <= started <= child_now
