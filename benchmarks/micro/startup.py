@@ -114,18 +114,16 @@ PHASES = ("imports", "config", "dask_cluster", "energy_tracker", "store_creation
           "actor_policy_build", "litert_interpreter", "first_env_step")
 
 
-def process_start_time(pid: int) -> float:
-    """When process ``pid`` started, on the wall clock (``time.time()``).
-
-    ``psutil.Process.create_time()`` adds the process's start, in clock ticks since boot, to the boot time
-    in ``/proc/stat``, which is a whole number of seconds: every process then looks up to 1 s older than it
-    is (0.87 s on 2026-12-06's machine, so every figure of this script was 0.87 s too high). The boot time
-    is taken here to the hundredth from ``/proc/uptime`` instead.
-    """
-    import psutil
-    with open("/proc/uptime") as f:
-        boot = time.time() - float(f.read().split()[0])
-    return psutil.Process(pid).create_time() - psutil.boot_time() + boot
+def _own_process_clock():
+    """``core/process_clock.py`` of this script's own checkout, loaded by path: a measured older checkout
+    (on ``PYTHONPATH`` in :func:`phase_child`) may lack it, or have psutil's up-to-1-s-early clock."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "core", "process_clock.py")
+    spec = importlib.util.spec_from_file_location("_startup_process_clock", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def phase_child() -> Dict[str, float]:
@@ -144,7 +142,7 @@ def phase_child() -> Dict[str, float]:
     """
     seconds: Dict[str, float] = {}
     import pipelines.train  # noqa: F401  (the command-line tool's own imports)
-    seconds["imports"] = time.time() - process_start_time(os.getpid())
+    seconds["imports"] = time.time() - _own_process_clock().process_start_time()
     mark = time.perf_counter()
 
     def lap(name: str) -> None:

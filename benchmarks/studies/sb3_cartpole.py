@@ -16,13 +16,14 @@ Settings from rl-baselines3-zoo ``hyperparams/dqn.yml`` and ``ppo.yml``
 (CartPole-v1 entries); ``lin_X`` there is a schedule falling linearly from X
 to 0 over training.
 """
+import os
+import sys
 import time
 
-import psutil
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from core.process_clock import process_start_time  # noqa: E402 - psutil only
 
-START = psutil.Process().create_time()   # the clock starts at process start, like DataBloom's
-
-import sys  # noqa: E402
+START = process_start_time()   # the clock starts at process start, like DataBloom's (core.process_clock)
 
 # SB3 never uses TensorFlow, but its logger imports torch.utils.tensorboard, which imports TensorFlow when it
 # is installed (it is, beside DataBloom): 6.5 s of start-up an SB3-only user never pays. Block it, so SB3's

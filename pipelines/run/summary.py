@@ -24,16 +24,10 @@ import numpy as np
 from core import urls
 
 
-_IMPORT_TIME = time.time()
-
-
 def process_start() -> float:
-    """Wall-clock time this process started (time-to-target counts from here)."""
-    try:
-        import psutil
-        return psutil.Process().create_time()
-    except ImportError:
-        return _IMPORT_TIME
+    """Wall-clock time this process started (time-to-target counts from here; :mod:`core.process_clock`)."""
+    from core.process_clock import process_start_time
+    return process_start_time()
 
 
 def evaluation_score(result: Dict[str, Any]) -> float:

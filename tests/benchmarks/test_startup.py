@@ -37,11 +37,12 @@ def test_the_hook_records_the_first_env_step_once_and_the_steps_are_unchanged(tm
 
 
 def test_a_process_start_time_is_not_up_to_a_second_early():
-    """psutil's create_time() rests on /proc/stat's whole-second boot time (up to 1 s early); the script's
-    start is the wall clock the child itself sees at its start, within the interpreter's start-up."""
+    """core.process_clock (the summary's and this script's clock): psutil's create_time() rests on
+    /proc/stat's whole-second boot time (up to 1 s early); a child's start lies between the parent's clock
+    before it started the child and the child's own first reading."""
     import time
-    code = "import os, sys, time; t = time.time(); sys.path.insert(0, 'benchmarks/micro'); import startup; " \
-           "print(t, startup.process_start_time(os.getpid()))"
+    code = "import time; t = time.time(); from core.process_clock import process_start_time; " \
+           "print(t, process_start_time())"
     before = time.time()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))).stdout
