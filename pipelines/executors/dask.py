@@ -74,15 +74,18 @@ class DaskExecutor:
         else:
             import dask
             n = n_workers or os.cpu_count() or 1
-            # No work stealing: a stolen rollout leaves its actor's warm worker (its env state and
-            # LiteRT interpreter) and must ship the state along (core.rollout); pinned is cheaper.
-            with workers_ignore_stop_signals(), dask.config.set({"distributed.scheduler.work-stealing": False}):
+            # Dask's settings for few, long, pinned tasks (QUIET_CLUSTER): no work stealing (a stolen
+            # rollout leaves its actor's warm worker, its env state and LiteRT interpreter, and must ship
+            # the state along: core.rollout), no profiler or 20 ms tick spending the run's cores. A worker
+            # process takes the config its nanny was made under, so the learner's worker is made inside too.
+            from pipelines.executors.dask_config import QUIET_CLUSTER
+            with workers_ignore_stop_signals(), dask.config.set(QUIET_CLUSTER):
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
                                              processes=True, dashboard_address=None,
                                              env=thread_env or {}, silence_logs=logging.ERROR)
-            self.client = Client(self._cluster)
-            if learner_resources:
-                self._add_stage_worker(learner_resources)
+                self.client = Client(self._cluster)
+                if learner_resources:
+                    self._add_stage_worker(learner_resources)
         self.client.wait_for_workers(1, timeout=60)
         self._addrs: List[str] = []
         self._addrs_time = 0.0

@@ -50,3 +50,19 @@ def test_a_scheduler_and_worker_started_with_them_run_quiet(tmp_path):
         for p in procs[::-1]:
             p.terminate()
             p.wait(timeout=30)
+
+
+def test_the_training_clusters_workers_run_quiet_the_learners_worker_too():
+    """DaskExecutor's embedded LocalCluster: its scheduler has no stealing, and every worker process, the one
+    started later for a placed learner included, has no profiler and the 1 s tick."""
+    from pipelines.executors.dask import DaskExecutor
+    executor = DaskExecutor(n_workers=1, learner_resources={"GPU": 1})
+    try:
+        client = executor.client
+        client.wait_for_workers(2, timeout=60)
+        assert "stealing" not in client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.extensions))
+        workers = client.run(lambda dask_worker: (dask.config.get("distributed.admin.tick.interval"),
+                                                  "profile" in dask_worker.periodic_callbacks))
+        assert sorted(workers.values()) == [("1s", False), ("1s", False)]
+    finally:
+        executor.close()
