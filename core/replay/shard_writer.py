@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -44,7 +45,7 @@ from core.trajectory import CORE_FIELDS, TrajectoryBatch
 from core.replay.buffers import BufferPool
 from core.replay.schema import (ATTRS_KEY, END_CONTINUES, END_TERMINATED, END_TRUNCATED,
                                 EPISODES_GROUP, EVERY_CHUNK_ATTR, SCHEMA_VERSION, ReplayError, ShardInfo)
-from core.replay.write_engines import _engine_for, _row_bytes, chunk_rows
+from core.replay.write_engines import _engine_for, _engine_name, _row_bytes, chunk_rows
 
 GROUP_JSON = {"zarr_format": 3, "node_type": "group"}
 
@@ -209,8 +210,20 @@ class ShardWriter:
         self.url, self.env_id = shards_url, env_id
         self.fs, self.path = urls.resolve(shards_url)
         self.chunk_bytes, self.zstd_level = chunk_bytes, zstd_level
-        self.engine = _engine_for(shards_url, engine, threads)
+        # Checked now, built at the first write: a store that only commits and reads (the driver's: its
+        # write tasks open stores of their own) never imports tensorstore (~1 s, ml_dtypes 0.8 s of it).
+        self._engine_name, self._threads = _engine_name(shards_url, engine), threads
+        self._engine = None
+        self._engine_lock = threading.Lock()
         self._buffers = BufferPool()
+
+    @property
+    def engine(self):
+        """The write engine (tensorstore or zarr-python), built on first use."""
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = _engine_for(self.url, self._engine_name, self._threads)
+            return self._engine
 
     def remove(self, shard_id: str) -> None:
         """Delete a shard's data, completion marker first."""

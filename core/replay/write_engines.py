@@ -147,14 +147,17 @@ class _ZarrEngine:
         return None
 
 
-def _engine_for(url: str, engine: str, threads: int):
+def _engine_name(url: str, engine: str) -> str:
+    """``engine`` for ``url`` resolved (``auto``) and checked: ``"tensorstore"`` or ``"zarr"``; ReplayError else."""
     if engine == "auto":
         engine = "zarr" if urls.scheme_of(url) == "memory" else "tensorstore"
-    if engine == "tensorstore":
-        if urls.scheme_of(url) == "memory":
-            raise ReplayError(f"engine 'tensorstore' cannot write {url!r} (no shared memory kvstore);"
-                              " valid: 'zarr', 'auto'")
-        return _TensorstoreEngine(threads)
-    if engine == "zarr":
-        return _ZarrEngine()
-    raise ReplayError(f"unknown shard write engine {engine!r}; valid: auto, tensorstore, zarr")
+    if engine == "tensorstore" and urls.scheme_of(url) == "memory":
+        raise ReplayError(f"engine 'tensorstore' cannot write {url!r} (no shared memory kvstore);"
+                          " valid: 'zarr', 'auto'")
+    if engine not in ("tensorstore", "zarr"):
+        raise ReplayError(f"unknown shard write engine {engine!r}; valid: auto, tensorstore, zarr")
+    return engine
+
+
+def _engine_for(url: str, engine: str, threads: int):
+    return _TensorstoreEngine(threads) if _engine_name(url, engine) == "tensorstore" else _ZarrEngine()

@@ -91,11 +91,13 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
             run_setup.write_config(self.run_dir, cfg, resume=False)
         self.spec = env_spec(cfg.env.id)
         self.store_url = urls.join(self.run_dir, "replay")
-        options = run_setup.driver_store_options(cfg)     # no tensorstore import before block 0
+        # The driver commits and reads; its write tasks open stores of their own, so this store's write
+        # engine (tensorstore: ~1 s of imports) is never built before block 0 (ShardWriter.engine).
         if self.resume:   # a run's store exists from its first step: a lost one is an error, not a fresh start
-            self.store = ReplayStore.open(self.store_url, **options)
+            self.store = ReplayStore.open(self.store_url, **cfg.replay.writer_options())
         else:
-            self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id, **options)
+            self.store = ReplayStore.open_or_create(self.store_url, env_id=cfg.env.id,
+                                                    **cfg.replay.writer_options())
         self.builder = get_builder(cfg.agent.algo)
         self.plan = TrainingPlan.from_config(cfg)
         self.precommitted: Dict[int, int] = {}        # resume: blocks committed after the checkpoint

@@ -6,7 +6,6 @@
     run_id(cfg, run_dir)                  the run's name in task keys and actor specs
     actor_specs(cfg, run_id, selector)    one ActorSpec per actor, built one way
     write_config(run_dir, cfg, resume)    config.json: a new run's, or what --set/--config changed on resume
-    driver_store_options(cfg)             the driver's replay store: commits and reads, never writes shards
     progress_bar(...), progress_postfix   the progress display (env steps/s, learner steps, returns)
 
 The callers keep their own order, on purpose: the driver writes a resumed
@@ -82,17 +81,6 @@ def write_config(run_dir: str, cfg, resume: bool) -> None:
                 return
     with fs.open(f"{path}/config.json", "w") as f:
         f.write(text)
-
-
-def driver_store_options(cfg) -> Dict[str, Any]:
-    """Writer options of the driver's own store object: ``cfg.replay.writer_options()`` with the zarr engine.
-
-    The driver never writes a shard through it (write tasks open the store themselves, with the
-    config's options: ``stages.write_shard_stage``); it commits, reads the log and removes shards
-    (fsspec). A tensorstore engine would import tensorstore here, ~1 s before block 0 (ml_dtypes
-    alone 0.8 s, measured 2026-12-06); the zarr engine imports zarr only when it writes.
-    """
-    return {**cfg.replay.writer_options(), "engine": "zarr"}
 
 
 def progress_bar(enabled: bool, total: int, initial: int, unit: str, desc: str, **options: Any):

@@ -1,8 +1,8 @@
 """Start-up order (issue 33): nothing heavy the first env step does not need runs before block 0 is submitted.
 
-* The driver's replay store is opened with the zarr engine (``run_setup.driver_store_options``): it
-  never writes shards, and the tensorstore engine would import tensorstore (ml_dtypes alone ~0.8 s)
-  in the driver before block 0.
+* A replay store builds its write engine at its first write (``ShardWriter.engine``): the driver's store
+  never writes shards, so the tensorstore engine's import (ml_dtypes alone ~0.8 s) is not paid before
+  block 0; a bad engine is still refused when the store opens.
 * ``run_with_executor`` starts the executor with nothing importing beside it (TensorFlow on a thread
   slowed the embedded LocalCluster's start 0.8 -> ~2 s on 2 cores); TensorFlow imports with the
   learner, after block 0's rollouts are submitted.
@@ -14,8 +14,9 @@ import os
 import subprocess
 import sys
 
-from core.config import load_config
-from pipelines.run.setup import driver_store_options
+import pytest
+
+from core.replay import ReplayError, ReplayStore
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,10 +28,26 @@ def _fresh(code: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_the_driver_store_keeps_the_writer_options_with_the_zarr_engine():
-    cfg = load_config(overrides=["replay.chunk_bytes=65536"])
-    assert driver_store_options(cfg) == {**cfg.replay.writer_options(), "engine": "zarr"}
-    assert driver_store_options(cfg)["chunk_bytes"] == 65536
+def test_a_store_imports_its_tensorstore_engine_at_its_first_write_not_when_it_opens(tmp_path):
+    code = f"""
+import json, sys
+sys.path.insert(0, "tests/core/replay")
+from replay_fakes import random_batch
+from core.replay import ReplayStore
+store = ReplayStore.open_or_create({str(tmp_path / "store")!r}, engine="tensorstore")
+opened = "tensorstore" in sys.modules
+store.commit([store.write_shard("s0", [random_batch(0)]).id])
+print(json.dumps({{"opened": opened, "written": "tensorstore" in sys.modules,
+                  "engine": type(store.writer.engine).__name__}}))
+"""
+    assert _fresh(code) == {"opened": False, "written": True, "engine": "_TensorstoreEngine"}
+
+
+def test_a_bad_engine_is_still_refused_when_the_store_opens(tmp_path):
+    with pytest.raises(ReplayError, match="unknown shard write engine 'fast'"):
+        ReplayStore.open_or_create(str(tmp_path / "a"), engine="fast")
+    with pytest.raises(ReplayError, match="engine 'tensorstore' cannot write"):
+        ReplayStore.open_or_create("memory://startup-order", engine="tensorstore")
 
 
 def test_block_0_is_submitted_before_tensorstore_or_tensorflow_is_imported(tmp_path):
