@@ -86,7 +86,8 @@ class EnergyTracker(Attribution):
       pue: data-centre overhead multiplied into every backend's energy; 1.58 is
         experiment-impact-tracker's (ActorQ's) value.
       worker_pids_fn: returns PIDs of local worker processes (Dask/Beam); called
-        every ``sample_interval_s``. Their CPU time, children included, is counted.
+        at the ledger's process-table scans (every 10 s, :class:`core.carbon.ledger.Ledger`). Their
+        CPU time, children included, is counted.
       watts_per_thread, ram_watts, intensity_g_per_kwh: override the CPU-time
         model's constants and the grid intensity (None = core.carbon.model's defaults).
       sample_interval_s: ledger sampling period; bounds the CPU time lost for
@@ -188,7 +189,7 @@ class EnergyTracker(Attribution):
             self._meter_thread.join()   # a run shorter than the probe waits for it here
         self._stop_evt.set()
         self._thread.join()
-        self._safe_sample()
+        self._safe_sample(rescan=True)
         end = time.perf_counter()
         duration = end - self._t0
         measured = None
@@ -212,9 +213,9 @@ class EnergyTracker(Attribution):
         while not self._stop_evt.wait(self._interval):
             self._safe_sample()
 
-    def _safe_sample(self) -> None:
+    def _safe_sample(self, rescan: bool = False) -> None:
         try:
-            self._ledger.sample()
+            self._ledger.sample(rescan=rescan)
         except Exception as e:  # accounting must never end a run
             msg = f"ledger sample failed: {type(e).__name__}: {e}"
             if msg not in self._ledger.notes:

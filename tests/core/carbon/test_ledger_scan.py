@@ -60,3 +60,38 @@ def test_without_a_process_table_scan_it_asks_psutil_per_process(monkeypatch):
     assert ledger_lib._children_index(psutil) is None
     me = psutil.Process()
     assert {p.pid for p in ledger_lib._descendants(psutil, me.pid, None)} == {p.pid for p in me.children(recursive=True)}
+
+
+def test_samples_between_scans_reuse_the_process_list(monkeypatch):
+    """The process table is scanned every rescan_s (and when asked), not at every sample; a child started
+    after a scan is counted once the next scan finds it."""
+    scans, pid_calls = [], []
+    real = psutil._psplatform.ppid_map
+    monkeypatch.setattr(psutil._psplatform, "ppid_map", lambda: scans.append(1) or real())
+    ledger = Ledger(lambda: pid_calls.append(1) or [], start_wall=time.time(), rescan_s=3600)
+    ledger.sample()
+    child = _spawn_tree()
+    try:
+        ledger.sample()
+        ledger.sample()
+        assert (len(scans), len(pid_calls)) == (1, 1)
+        assert child.pid not in {rec.pid for rec in ledger.procs.values()}
+        ledger.sample(rescan=True)
+        assert (len(scans), len(pid_calls)) == (2, 2)
+        assert child.pid in {rec.pid for rec in ledger.procs.values()}
+    finally:
+        for p in psutil.Process(child.pid).children(recursive=True):
+            p.kill()
+        child.kill()
+        child.wait()
+
+
+def test_a_scan_is_due_after_rescan_s(monkeypatch):
+    scans = []
+    real = psutil._psplatform.ppid_map
+    monkeypatch.setattr(psutil._psplatform, "ppid_map", lambda: scans.append(1) or real())
+    ledger = Ledger(None, start_wall=time.time(), rescan_s=0.05)
+    ledger.sample()
+    time.sleep(0.06)
+    ledger.sample()
+    assert len(scans) == 2
