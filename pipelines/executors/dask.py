@@ -28,6 +28,10 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+#: Longest wait on the cluster's futures while a stage call (an in-process thread, polled by done())
+#: is among those waited on: how late its end may be seen.
+STAGE_POLL_S = 0.1
+
 
 @contextlib.contextmanager
 def workers_ignore_stop_signals():
@@ -184,6 +188,8 @@ class DaskExecutor:
         tasks = [f for f in futures if isinstance(f, Future)]      # not a stage call (polled by done())
         if not tasks:
             return [f for f in futures if f.done()]
+        if len(tasks) < len(futures) and timeout is not None:
+            timeout = min(timeout, STAGE_POLL_S)   # a stage call among them: see it end within STAGE_POLL_S
         try:
             wait(tasks, timeout=timeout, return_when="FIRST_COMPLETED")
         except (TimeoutError, concurrent.futures.CancelledError):

@@ -58,9 +58,10 @@ from pipelines.run.policy_versions import PolicyVersions
 
 #: Longest single wait of the main loop when nothing progressed. Every wait returns as soon as a future
 #: it waits on completes, so this only bounds the time-based duties (progress bar, policy-lag records, a
-#: SIGTERM stop, noticing a lost learner worker); at 0.05 s the idle loop's 20 wake-ups per second cost a
-#: driver waiting on slow actors ~2% of a core (cluster_scale at 10 ms env steps, N = 1).
-WAIT_S = 0.25
+#: SIGTERM stop, noticing a lost learner worker); each wake-up of a Dask wait is a round trip through the
+#: client's event loop: at 0.25 s the idle loop cost a driver waiting on slow actors ~1.5 ms of CPU per
+#: second in its main thread and more in the client's loop (cluster_scale, 10 ms env steps, N = 1).
+WAIT_S = 1.0
 
 
 class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):

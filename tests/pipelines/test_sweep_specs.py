@@ -38,6 +38,8 @@ EXPECTED = {
     "actorq-study-small.yml": _grid(TASKS, ("fp32", "int8-dynamic"), range(3)),
     "actorq-ratio.yml": [f"cartpole-dqn-r{r}__s{s}" for r in ("0.25", "0.125", "0.0625", "0.03125") for s in range(3)],
     "learning-suite-quick.yml": ["default__s0", "default__s1", "cartpole-vtrace__s0", "cartpole-vtrace__s1"],
+    "default-candidates.yml": [f"{c}__s{s}" for c in ("base", "h128", "h64", "rr025", "h128-rr025", "h64-rr1",
+                                                       "h128-eval2k", "h128-bp100", "h128-eps4k") for s in range(10)],
 }
 
 
