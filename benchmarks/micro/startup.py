@@ -23,6 +23,12 @@ commits side by side::
     python benchmarks/micro/startup.py /tmp/base . --pairs 5 --whole-run     # env steps/s, side by side
     python benchmarks/micro/startup.py /tmp/base . --phases                  # each phase, median of 5
 
+With Stable-Baselines3 installed (``pip install -e ".[bench]"``), every round
+also starts SB3's PPO and DQN on CartPole-v1 with RL-Zoo's settings
+(``benchmarks/studies/sb3_cartpole.py --first-step``) and times them the same
+way, from just before the process starts to the end of its first env step,
+so the table shows both side by side (``--peers none`` leaves them out).
+
 ``--phases`` times each phase a default run needs before its first env step
 (imports, config, Dask cluster, energy tracker, store, learner, int8 policy,
 LiteRT interpreter, first env step), each in a fresh process with its own
@@ -109,6 +115,46 @@ def one_run(checkout: str, overrides: Sequence[str], whole: bool = False) -> Dic
             "env_steps": summary["env_steps"], "env_steps_per_s": summary["env_steps_per_s"]}
 
 
+#: Peers whose start-up is timed beside DataBloom's: name -> ``sb3_cartpole.py --algo`` value.
+PEERS = {"sb3-ppo": "ppo", "sb3-dqn": "dqn"}
+SB3_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "studies", "sb3_cartpole.py")
+
+
+def peer_first_step(peer: str, seed: int = 0) -> float:
+    """Seconds from just before an SB3 process starts to the end of its first env step (its model built)."""
+    cmd = [sys.executable, SB3_SCRIPT, "--algo", PEERS[peer], "--seed", str(seed), "--first-step",
+           "--torch-threads", "1"]
+    start = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: the {peer} start-up run failed (exit {proc.returncode}): "
+                         f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["first_step_time"] - start
+
+
+def peers_of(option: str) -> List[str]:
+    """``--peers``: ``auto`` (both SB3 peers when stable-baselines3 and torch are installed), ``none``, or a list."""
+    if option == "none":
+        return []
+    installed = _has("stable_baselines3") and _has("torch")
+    if option == "auto":
+        return list(PEERS) if installed else []
+    names = [n.strip() for n in option.split(",") if n.strip()]
+    bad = [n for n in names if n not in PEERS]
+    if bad:
+        raise SystemExit(f"error: --peers {','.join(bad)} invalid; valid: auto, none, or a list of {', '.join(PEERS)}")
+    if not installed:
+        raise SystemExit('error: --peers needs stable-baselines3 and torch: pip install -e ".[bench]"')
+    return names
+
+
+def _peer_note(peers: Sequence[str]) -> str:
+    if peers:
+        return "SB3 (RL-Zoo settings, one torch thread): process start to its first env step, same clock"
+    return ("SB3 not measured" + ("" if _has("stable_baselines3") and _has("torch")
+                                  else ' (not installed: pip install -e ".[bench]")'))
+
+
 #: The start-up phases, in the order a default run needs them before its first env step.
 PHASES = ("imports", "config", "dask_cluster", "energy_tracker", "store_creation", "learner_build",
           "actor_policy_build", "litert_interpreter", "first_env_step")
@@ -189,10 +235,14 @@ def phase_child() -> Dict[str, float]:
     return seconds
 
 
-def phase_table(checkouts: Sequence[str], repeats: int) -> None:
-    """Run :func:`phase_child` ``repeats`` times per checkout (alternating) and print the median of each phase."""
+def phase_table(checkouts: Sequence[str], repeats: int, peers: Sequence[str] = ()) -> None:
+    """Run :func:`phase_child` ``repeats`` times per checkout (alternating) and print the median of each phase,
+    then each peer's median seconds to its first env step (``repeats`` runs, alternating with the checkouts)."""
     runs: Dict[str, List[Dict[str, float]]] = {c: [] for c in checkouts}
-    for _ in range(repeats):
+    peer_runs: Dict[str, List[float]] = {p: [] for p in peers}
+    for i in range(repeats):
+        for peer in peers:
+            peer_runs[peer].append(peer_first_step(peer, i))
         for c in checkouts:
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), c, "--phase-child"],
                                   capture_output=True, text=True, cwd=c,
@@ -200,12 +250,14 @@ def phase_table(checkouts: Sequence[str], repeats: int) -> None:
             if proc.returncode != 0:
                 raise SystemExit(f"error: the phase run from {c} failed: {proc.stderr.strip().splitlines()[-1:]}")
             runs[c].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    print(f"load {os.getloadavg()[0]:.1f}; median of {repeats} fresh processes per checkout; SB3: "
-          + ("installed but not measured here" if _has("stable_baselines3") else "not installed (no side-by-side)"))
+    print(f"load {os.getloadavg()[0]:.1f}; median of {repeats} fresh processes per checkout; {_peer_note(peers)}")
     print("| phase | " + " | ".join(checkouts) + " |\n|---|" + "---|" * len(checkouts))
     for name in (*PHASES, "total"):
         cells = [statistics.median(sum(r.values()) if name == "total" else r[name] for r in runs[c]) for c in checkouts]
         print(f"| {name} | " + " | ".join(f"{v:.2f} s" for v in cells) + " |")
+    for peer, seconds in peer_runs.items():
+        print(f"{peer}: process start to its first env step, median {statistics.median(seconds):.2f} s "
+              f"({min(seconds):.2f}-{max(seconds):.2f})")
 
 
 def _has(module: str) -> bool:
@@ -225,6 +277,9 @@ def main(argv: List[str] | None = None) -> int:
                    help="run the default config to its end and compare env steps/s (default: a 4,096-step start)")
     p.add_argument("--phases", action="store_true",
                    help="time each start-up phase in fresh processes (median of --pairs, default 5) instead")
+    p.add_argument("--peers", default="auto", metavar="auto|none|sb3-ppo,sb3-dqn",
+                   help="SB3 runs timed beside DataBloom's, to their first env step (default auto: both SB3 peers "
+                        "when stable-baselines3 and torch are installed; not with --whole-run)")
     p.add_argument("--phase-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.phase_child:
@@ -235,11 +290,16 @@ def main(argv: List[str] | None = None) -> int:
     for c in args.checkouts:
         if not os.path.isfile(os.path.join(c, "pipelines", "train.py")):
             p.error(f"{c!r} is not a DataBloom checkout (no pipelines/train.py)")
+    peers = [] if args.whole_run else peers_of(args.peers)
     if args.phases:
-        phase_table(args.checkouts, args.pairs if "--pairs" in (argv or sys.argv) else 5)
+        phase_table(args.checkouts, args.pairs if "--pairs" in (argv or sys.argv) else 5, peers)
         return 0
     runs: Dict[str, List[Dict[str, float]]] = {c: [] for c in args.checkouts}
-    for _ in range(args.pairs):
+    peer_runs: Dict[str, List[float]] = {p: [] for p in peers}
+    for i in range(args.pairs):
+        for peer in peers:
+            peer_runs[peer].append(peer_first_step(peer, i))
+            print(f"{peer}: first env step at {peer_runs[peer][-1]:.2f} s (load {os.getloadavg()[0]:.1f})", flush=True)
         for c in args.checkouts:
             r = one_run(c, args.overrides, args.whole_run)
             runs[c].append(r)
@@ -247,7 +307,8 @@ def main(argv: List[str] | None = None) -> int:
                   f"first commit at {r['first_commit_s']:.2f} s, "
                   f"{r['env_steps']:,} env steps at {r['env_steps_per_s']:,.0f}/s (load {r['load']:.1f})", flush=True)
     base = statistics.median(r["env_steps_per_s"] for r in runs[args.checkouts[0]])
-    print(f"\nmedian of {args.pairs} runs per checkout, alternating; load {os.getloadavg()[0]:.1f} at the end\n"
+    print(f"\nmedian of {args.pairs} runs per checkout, alternating; load {os.getloadavg()[0]:.1f} at the end; "
+          f"{_peer_note(peers)}\n"
           "| checkout | s to config record | s to first env step | s to first commit | env steps/s | vs first |"
           "\n|---|---|---|---|---|---|")
     for c, rs in runs.items():
@@ -255,6 +316,12 @@ def main(argv: List[str] | None = None) -> int:
         print(f"| {c} | {statistics.median(r['config_s'] for r in rs):.2f} | "
               f"{statistics.median(r['first_step_s'] for r in rs):.2f} | "
               f"{statistics.median(r['first_commit_s'] for r in rs):.2f} | {speed:,.0f} | {speed / base:.2f}x |")
+    for peer, seconds in peer_runs.items():
+        print(f"| {peer} | - | {statistics.median(seconds):.2f} | - | - | - |")
+    if peer_runs:
+        ours = statistics.median(r["first_step_s"] for r in runs[args.checkouts[0]])
+        print("\n" + "; ".join(f"{peer} starts {statistics.median(s) / ours:.2f}x as long as {args.checkouts[0]}"
+                                for peer, s in peer_runs.items()) + " (to the first env step)")
     return 0
 
 

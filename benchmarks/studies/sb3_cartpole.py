@@ -12,6 +12,12 @@ Evaluation rule, the same as DataBloom's (``core.policy_evaluation``): every
 must agree before it counts as the first hit. Training stops at the first
 hit unless ``--full-budget`` (then it runs RL-Zoo's ``n_timesteps``).
 
+``--first-step`` measures start-up instead (``benchmarks/micro/startup.py``):
+the model is built and trained until its first env step returns, then the
+line is ``{"first_step_time": T}`` with ``T`` the wall clock (``time.time()``)
+at that moment, so the caller subtracts its own clock from just before it
+started this process, as it does for DataBloom's runs.
+
 Settings from rl-baselines3-zoo ``hyperparams/dqn.yml`` and ``ppo.yml``
 (CartPole-v1 entries); ``lin_X`` there is a schedule falling linearly from X
 to 0 over training.
@@ -70,6 +76,8 @@ def main() -> None:
     p.add_argument("--confirm-episodes", type=int, default=100)
     p.add_argument("--torch-threads", type=int, default=2)
     p.add_argument("--full-budget", action="store_true", help="train RL-Zoo's n_timesteps even after the hit")
+    p.add_argument("--first-step", action="store_true",
+                   help="stop at the first env step and print its wall-clock time (start-up, not learning)")
     args = p.parse_args()
     import gymnasium as gym
     import torch
@@ -77,6 +85,16 @@ def main() -> None:
     from stable_baselines3.common.evaluation import evaluate_policy
     torch.set_num_threads(args.torch_threads)
     model, budget = build(args.algo, args.seed)
+    if args.first_step:
+        class FirstStep(BaseCallback):
+            def _on_step(self) -> bool:     # called after each vector env step: stop at the first
+                self.time = time.time()
+                return False
+
+        first = FirstStep()
+        model.learn(budget, callback=first)
+        print(json.dumps({"first_step_time": first.time}))
+        return
     eval_env = gym.make("CartPole-v1")
     eval_env.reset(seed=args.seed + 100_000)
 

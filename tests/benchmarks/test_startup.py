@@ -48,3 +48,11 @@ def test_a_process_start_time_is_not_up_to_a_second_early():
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))).stdout
     child_now, started = map(float, out.split())
     assert before - 0.02 <= started <= child_now
+
+
+def test_peers_option_names_the_valid_values_on_a_bad_one():
+    import pytest
+    assert startup.peers_of("none") == []
+    with pytest.raises(SystemExit, match=r"^error: --peers sb3-a2c invalid; valid: auto, none, or a list of "
+                                         r"sb3-ppo, sb3-dqn$"):
+        startup.peers_of("sb3-ppo,sb3-a2c")
