@@ -28,7 +28,13 @@ scheduler. This study makes the actors cost (almost) no CPU, so that a
   cluster" starts a cluster;
 * **blocks** hold ``--block-rows`` rows (4,096 by default: the issue's bound)
   at every N; a task is ``--num-envs`` x ``--steps-per-task`` rows (8 x 8),
-  so a block is 64 tasks however they are spread over actors.
+  so a block is 64 tasks however they are spread over actors. With
+  ``--steps-per-task auto`` every actor runs one task per block instead
+  (``block-rows / (N x num-envs)`` vector steps: 512 at N = 1, 8 at N = 64):
+  the scheduler's cost is per task, and a task's chained successor on the
+  same actor buys nothing within a block (the block's shard waits for all of
+  them, and they all act with the block's policy version), so few actors are
+  best served by few, long tasks (README, "Running on a cluster").
 
 For each N it measures, over the run's steady state (from the commit of
 block ``--warmup-blocks`` to the last): env steps/s; efficiency = steps/s /
@@ -94,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall microseconds per learner step of the simulated learner (default 10)")
     p.add_argument("--block-rows", type=int, default=4096, help="rows per plan block = per shard (default 4096)")
     p.add_argument("--num-envs", type=int, default=8, help="envs per actor task (default 8)")
-    p.add_argument("--steps-per-task", type=int, default=8, help="vector steps per actor task (default 8)")
+    p.add_argument("--steps-per-task", type=steps_per_task_arg, default=8,
+                   help="vector steps per actor task (default 8: 64 tasks per 4,096-row block at every N), or "
+                        "'auto': one task per actor per block (block-rows / (N x num-envs) vector steps)")
     p.add_argument("--seconds", type=float, default=20.0,
                    help="steady-state seconds to aim for at each N, after warm-up (default 20)")
     p.add_argument("--warmup-blocks", type=int, default=2,
@@ -116,12 +124,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def steps_per_task_arg(text: str):
+    """``--steps-per-task``: an int, or ``auto`` (one task per actor per block, :func:`task_steps`)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer or 'auto'") from None
+
+
+def task_steps(args, n: int) -> int:
+    """Vector steps of one actor task at N actors: ``--steps-per-task``, or with ``auto`` one task per actor
+    per block (``check_args`` has made sure that N x num-envs divides the block)."""
+    if args.steps_per_task == "auto":
+        return max(1, args.block_rows // (n * args.num_envs))
+    return args.steps_per_task
+
+
 def check_args(args) -> None:
     """``error:`` one line and exit 2 for settings that cannot run (argparse's convention)."""
     from core.envs import EnvError
     from core.envs.waiting import parse_env_id
     bad = [(f"--workers {n}", "every N >= 1") for n in args.workers if n < 1]
     for name in ("step_us", "block_rows", "num_envs", "steps_per_task", "max_processes"):
+        if name == "steps_per_task" and args.steps_per_task == "auto":
+            continue
         if getattr(args, name) < 1:
             bad.append((f"--{name.replace('_', '-')} {getattr(args, name)}", ">= 1"))
     if args.seconds <= 0 or args.learn_us_per_step < 0 or args.warmup_blocks < 1:
@@ -130,10 +158,16 @@ def check_args(args) -> None:
         parse_env_id(env_id(args))
     except EnvError as e:
         bad.append((f"--obs {args.obs}", str(e)))
-    task_rows = args.num_envs * args.steps_per_task
-    if any(n * task_rows > args.block_rows for n in args.workers):
-        bad.append((f"N x {task_rows} task rows > --block-rows {args.block_rows}",
-                    "N x num-envs x steps-per-task <= block-rows (a block is one round of tasks or more)"))
+    if args.steps_per_task == "auto":
+        for n in args.workers:
+            if n >= 1 and args.block_rows % (n * args.num_envs):
+                bad.append((f"--steps-per-task auto at N = {n}: {n} x {args.num_envs} envs does not divide "
+                            f"--block-rows {args.block_rows}", "N x num-envs divides block-rows at every N"))
+    else:
+        task_rows = args.num_envs * args.steps_per_task
+        if any(n * task_rows > args.block_rows for n in args.workers):
+            bad.append((f"N x {task_rows} task rows > --block-rows {args.block_rows}",
+                        "N x num-envs x steps-per-task <= block-rows (a block is one round of tasks or more)"))
     if bad:
         what, valid = bad[0]
         print(f"error: {what}; valid: {valid}", file=sys.stderr)
@@ -149,7 +183,7 @@ def run_config(args, n: int, total_env_steps: int):
     from core import config as config_lib
     big = 10 ** 12
     sets = [f"env.id={env_id(args)}", f"env.num_envs={args.num_envs}", f"actors.num_actors={n}",
-            f"actors.steps_per_task={args.steps_per_task}", f"replay.shard_max_rows={args.block_rows}",
+            f"actors.steps_per_task={task_steps(args, n)}", f"replay.shard_max_rows={args.block_rows}",
             f"replay.min_size={args.block_rows}", f"total_env_steps={total_env_steps}", "executor=dask",
             f"eval.every_env_steps={big}", "eval.episodes=1", "eval.confirm_episodes=0",
             "eval.stop_at_target=false", "actors.stall_timeout_s=600", f"actors.policy_lag={args.policy_lag}"]
@@ -199,6 +233,7 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
     lags = trainer.lags_seen
     return {"n_workers": n, "worker_processes": processes, "threads_per_process": threads,
             "block_rows": trainer.plan.block_rows, "tasks_per_block": trainer.plan.num_actors * trainer.plan.tasks_per_block,
+            "task_rows": trainer.plan.task_rows,
             "blocks_measured": w["blocks"], "env_steps": steps, "wall_s": round(wall, 3),
             "env_steps_per_s": round(steps / wall, 1),
             "driver_cpu_s_per_1k_steps": round(1000 * cpu["driver"] / steps, 5),

@@ -31,10 +31,18 @@ def test_projection_names_the_costlier_central_process_from_the_largest_n():
     assert (p["from_n_workers"], p["driver_ms_per_block"]) == (64, 8.192)
 
 
+def test_auto_task_size_gives_every_actor_one_task_per_block():
+    args = cs.build_parser().parse_args(["--steps-per-task", "auto"])
+    assert [cs.task_steps(args, n) for n in (1, 8, 64)] == [512, 64, 8]     # 4,096 rows / (N x 8 envs)
+    assert cs.task_steps(cs.build_parser().parse_args([]), 64) == 8         # the fixed default at every N
+
+
 @pytest.mark.parametrize("argv, says", [(["--workers", "0"], "--workers 0"),
                                         (["--obs", "4-float64"], "--obs 4-float64"),
                                         (["--workers", "128"], "block-rows"),
-                                        (["--step-us", "0"], "--step-us 0")])
+                                        (["--step-us", "0"], "--step-us 0"),
+                                        (["--steps-per-task", "auto", "--workers", "1", "3"],
+                                         "--steps-per-task auto at N = 3")])
 def test_bad_settings_get_one_error_line_and_exit_2(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         cs.main([*argv, "--out", "", "--plot", ""])
