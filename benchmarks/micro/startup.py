@@ -136,7 +136,7 @@ def peers_of(option: str) -> List[str]:
     """``--peers``: ``auto`` (both SB3 peers when stable-baselines3 and torch are installed), ``none``, or a list."""
     if option == "none":
         return []
-    installed = _has("stable_baselines3") and _has("torch")
+    installed = _sb3_installed()
     if option == "auto":
         return list(PEERS) if installed else []
     names = [n.strip() for n in option.split(",") if n.strip()]
@@ -151,8 +151,7 @@ def peers_of(option: str) -> List[str]:
 def _peer_note(peers: Sequence[str]) -> str:
     if peers:
         return "SB3 (RL-Zoo settings, one torch thread): process start to its first env step, same clock"
-    return ("SB3 not measured" + ("" if _has("stable_baselines3") and _has("torch")
-                                  else ' (not installed: pip install -e ".[bench]")'))
+    return "SB3 not measured" + ("" if _sb3_installed() else ' (not installed: pip install -e ".[bench]")')
 
 
 #: The start-up phases, in the order a default run needs them before its first env step.
@@ -258,6 +257,10 @@ def phase_table(checkouts: Sequence[str], repeats: int, peers: Sequence[str] = (
     for peer, seconds in peer_runs.items():
         print(f"{peer}: process start to its first env step, median {statistics.median(seconds):.2f} s "
               f"({min(seconds):.2f}-{max(seconds):.2f})")
+
+
+def _sb3_installed() -> bool:
+    return _has("stable_baselines3") and _has("torch")
 
 
 def _has(module: str) -> bool:

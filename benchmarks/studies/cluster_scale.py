@@ -138,7 +138,7 @@ def task_steps(args, n: int) -> int:
     """Vector steps of one actor task at N actors: ``--steps-per-task``, or with ``auto`` one task per actor
     per block (``check_args`` has made sure that N x num-envs divides the block)."""
     if args.steps_per_task == "auto":
-        return max(1, args.block_rows // (n * args.num_envs))
+        return args.block_rows // (n * args.num_envs)
     return args.steps_per_task
 
 
@@ -147,9 +147,7 @@ def check_args(args) -> None:
     from core.envs import EnvError
     from core.envs.waiting import parse_env_id
     bad = [(f"--workers {n}", "every N >= 1") for n in args.workers if n < 1]
-    for name in ("step_us", "block_rows", "num_envs", "steps_per_task", "max_processes"):
-        if name == "steps_per_task" and args.steps_per_task == "auto":
-            continue
+    for name in ("step_us", "block_rows", "num_envs", "max_processes"):
         if getattr(args, name) < 1:
             bad.append((f"--{name.replace('_', '-')} {getattr(args, name)}", ">= 1"))
     if args.seconds <= 0 or args.learn_us_per_step < 0 or args.warmup_blocks < 1:
@@ -160,9 +158,11 @@ def check_args(args) -> None:
         bad.append((f"--obs {args.obs}", str(e)))
     if args.steps_per_task == "auto":
         for n in args.workers:
-            if n >= 1 and args.block_rows % (n * args.num_envs):
+            if n >= 1 and args.num_envs >= 1 and args.block_rows % (n * args.num_envs):
                 bad.append((f"--steps-per-task auto at N = {n}: {n} x {args.num_envs} envs does not divide "
                             f"--block-rows {args.block_rows}", "N x num-envs divides block-rows at every N"))
+    elif args.steps_per_task < 1:
+        bad.append((f"--steps-per-task {args.steps_per_task}", ">= 1, or auto"))
     else:
         task_rows = args.num_envs * args.steps_per_task
         if any(n * task_rows > args.block_rows for n in args.workers):

@@ -42,7 +42,9 @@ def test_auto_task_size_gives_every_actor_one_task_per_block():
                                         (["--workers", "128"], "block-rows"),
                                         (["--step-us", "0"], "--step-us 0"),
                                         (["--steps-per-task", "auto", "--workers", "1", "3"],
-                                         "--steps-per-task auto at N = 3")])
+                                         "--steps-per-task auto at N = 3"),
+                                        (["--steps-per-task", "0"], "--steps-per-task 0"),
+                                        (["--steps-per-task", "auto", "--num-envs", "0"], "--num-envs 0")])
 def test_bad_settings_get_one_error_line_and_exit_2(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         cs.main([*argv, "--out", "", "--plot", ""])
