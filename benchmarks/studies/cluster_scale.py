@@ -10,12 +10,16 @@ scheduler. This study makes the actors cost (almost) no CPU, so that a
   real gymnasium env whose step sleeps. Actors, LiteRT int8 policies, shard
   writes, commits, policy versions and the plan are all the product's own
   (``pipelines.run.driver.Trainer`` on a Dask cluster);
-* **the learner** is the real one (``--learner real``: the default
-  placement, in the driver process, so the driver's CPU includes training)
-  or a stand-in (``--learner simulated``, the default) that waits
-  ``--learn-us-per-step`` per planned learner step on a thread of its own,
-  as a learner on its own accelerator would, and makes real policy versions
-  of its (untrained) network on the plan's schedule;
+* **the learner** is the real one (``--learner real``) or a stand-in
+  (``--learner simulated``, the default) that waits ``--learn-us-per-step``
+  per planned learner step, as a learner on its own accelerator would, and
+  makes real policy versions of its (untrained) network on the plan's
+  schedule. It runs where ``--learner-host`` says: ``worker`` (default), a
+  Dask actor on one more worker process started with ``--resources GPU=1``
+  (the product's ``learner.resources`` placement), so that the driver's CPU
+  is orchestration only and the learner's is reported apart; or ``driver``,
+  in the driver process (the product's default placement on one machine;
+  the simulated learner then runs on a thread of its own);
 * **the cluster** is a ``dask scheduler`` process and ``dask worker``
   processes on 127.0.0.1, the way a cluster is started (a LocalCluster would
   run the scheduler inside the driver's process and mix their CPU). N actors
@@ -76,6 +80,7 @@ from benchmarks.studies.cluster_scale_parts import (  # noqa: E402
     ClusterProcesses, ScaleTrainer, SimulatedLearnerStage, ThreadedStage, percentile)
 
 DEFAULT_WORKERS = (1, 2, 4, 8, 16, 32, 64)
+LEARNER_RESOURCES = {"GPU": 1}     # what the learner's worker advertises (--learner-host worker)
 RESULTS = os.path.join(REPO, "benchmarks", "results")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")    # the TFLite converter's C++ notes, one per version
 
@@ -96,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learner", choices=("simulated", "real"), default="simulated",
                    help="simulated: waits --learn-us-per-step per learner step on its own thread (default); "
                         "real: the DQN learner in the driver process (the product's default placement)")
+    p.add_argument("--learner-host", choices=("worker", "driver"), default="worker",
+                   help="worker: the learner (either kind) runs as a Dask actor on a worker process of its own, "
+                        "started with --resources GPU=1 (learner.resources), as a learner on its accelerator "
+                        "would, so that the driver's CPU is orchestration only (default); driver: in the driver "
+                        "process (the product's default placement: the driver's CPU then includes the learner's)")
     p.add_argument("--learn-us-per-step", type=float, default=10.0,
                    help="wall microseconds per learner step of the simulated learner (default 10)")
     p.add_argument("--block-rows", type=int, default=4096, help="rows per plan block = per shard (default 4096)")
@@ -187,6 +197,8 @@ def run_config(args, n: int, total_env_steps: int):
             f"replay.min_size={args.block_rows}", f"total_env_steps={total_env_steps}", "executor=dask",
             f"eval.every_env_steps={big}", "eval.episodes=1", "eval.confirm_episodes=0",
             "eval.stop_at_target=false", "actors.stall_timeout_s=600", f"actors.policy_lag={args.policy_lag}"]
+    if args.learner_host == "worker":
+        sets.append(f"learner.resources={json.dumps(LEARNER_RESOURCES)}")
     if args.learner == "simulated":   # the stand-in's learner never steps: its checkpoints would repeat step 0
         sets.append(f"checkpoint.every_steps={big}")
     if args.obs != "4-float32":       # a wide input: a small torso keeps the int8 policy (actors' CPU) small
@@ -212,24 +224,32 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
     processes = min(n, args.max_processes)
     threads = -(-n // processes)
     run_dir = os.path.join(root, f"n{n}")
-    with ClusterProcesses(processes, threads, env=thread_env(cfg), root=root) as cluster, \
+    learner_resources = LEARNER_RESOURCES if args.learner_host == "worker" else None
+    with ClusterProcesses(processes, threads, env=thread_env(cfg), root=root,
+                          learner_resources=learner_resources) as cluster, \
             dask.config.set(QUIET_CLUSTER):     # the client's side of the cluster's settings
         executor = DaskExecutor(address=cluster.address, retries=cfg.dask.task_retries)
         if args.one_by_one:      # common.submit_batch falls back to one submit per call
             executor.submit_batch = None
         try:
             step_s = args.learn_us_per_step * 1e-6
-            stage = (None if args.learner == "real" else
-                     lambda ex: ThreadedStage(SimulatedLearnerStage(cfg, run_dir, step_s), ex))
+            if args.learner == "real":
+                stage = None       # the product's placement: learner.resources picks the learner's worker
+            elif learner_resources:
+                stage = lambda ex: ex.place(SimulatedLearnerStage, cfg, run_dir, step_s,       # noqa: E731
+                                            resources=learner_resources, key=f"learner-sim-{n}-{time.time_ns()}")
+            else:
+                stage = lambda ex: ThreadedStage(SimulatedLearnerStage(cfg, run_dir, step_s), ex)  # noqa: E731
             trainer = ScaleTrainer(cfg, run_dir, executor, progress=not args.no_progress, stage=stage,
                                    warmup_blocks=args.warmup_blocks, watch_pids=cluster.pids())
             trainer.run()
+            learner_where = trainer.stage.where()
         finally:
             executor.close()
     w = trainer.window
     steps, wall = w["env_steps"], w["wall_s"]
     cores = os.cpu_count() or 1
-    cpu = {k: w["cpu_s"][k] for k in ("driver", "scheduler", "workers")}
+    cpu = {k: w["cpu_s"].get(k, 0.0) for k in ("driver", "scheduler", "workers", "learner")}
     lags = trainer.lags_seen
     return {"n_workers": n, "worker_processes": processes, "threads_per_process": threads,
             "block_rows": trainer.plan.block_rows, "tasks_per_block": trainer.plan.num_actors * trainer.plan.tasks_per_block,
@@ -242,6 +262,9 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
             "driver_cpu_ms_per_block": round(1000 * cpu["driver"] / w["blocks"], 3),
             "scheduler_cpu_ms_per_task": round(1000 * cpu["scheduler"] / (w["blocks"] * trainer.plan.num_actors
                                                                           * trainer.plan.tasks_per_block), 4),
+            "learner_host": args.learner_host, "learner_where": learner_where,
+            "learner_cpu_s_per_1k_steps": (round(1000 * cpu["learner"] / steps, 5)
+                                           if args.learner_host == "worker" else None),
             "workers_cpu_cores": round(cpu["workers"] / wall, 3),
             "workers_cpu_share": round(cpu["workers"] / wall / cores, 4),
             "workers_rss_mb": round(w["workers_rss"] / 2 ** 20, 1),
@@ -326,7 +349,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     records = []
     with tempfile.TemporaryDirectory(prefix="cluster-scale-") as root:
         for i, n in enumerate(args.workers):
-            print(f"[{i + 1}/{len(args.workers)}] N = {n} actors ({env_id(args)}, learner {args.learner})", flush=True)
+            print(f"[{i + 1}/{len(args.workers)}] N = {n} actors ({env_id(args)}, learner {args.learner} on the "
+                  f"{args.learner_host})", flush=True)
             records.append(measure(args, n, root))
             add_efficiency(records)
             print(table(records[-1:]).splitlines()[-1], flush=True)
@@ -340,7 +364,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     commit, dirty = git_state()
     record = {"study": "cluster-scale", "date": started, "command": " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
               "git_commit": commit, "git_dirty": dirty, "machine": machine,
-              "machine_load_end": os.getloadavg(), "env_id": env_id(args), "learner": args.learner, "policy_lag": args.policy_lag,
+              "machine_load_end": os.getloadavg(), "env_id": env_id(args), "learner": args.learner,
+              "learner_host": args.learner_host, "policy_lag": args.policy_lag,
               "submits": "one by one" if args.one_by_one else "batched (one client.map per worker)",
               "learn_us_per_step": args.learn_us_per_step if args.learner == "simulated" else None,
               "records": records, "projection": proj}
@@ -350,7 +375,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"wrote {os.path.relpath(args.out)}")
     if args.plot:
         plot(records, args.plot, f"cluster scale: {env_id(args)}, {args.block_rows}-row blocks, learner "
-                                 f"{args.learner}; {machine['cpu']}, {machine['cores']} cores")
+                                 f"{args.learner} on the {args.learner_host}; {machine['cpu']}, {machine['cores']} cores")
         print(f"wrote {os.path.relpath(args.plot)}")
     return 0
 

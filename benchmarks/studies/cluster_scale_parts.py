@@ -47,8 +47,10 @@ def percentile(values: List[float], q: float) -> float:
 class ClusterProcesses:
     """A scheduler process and ``processes`` worker processes of ``threads`` threads each (module docstring)."""
 
-    def __init__(self, processes: int, threads: int, env: Dict[str, str], root: str, start_timeout_s: float = 120):
+    def __init__(self, processes: int, threads: int, env: Dict[str, str], root: str, start_timeout_s: float = 120,
+                 learner_resources: Optional[Dict[str, float]] = None):
         self.processes, self.threads, self.root, self.timeout = processes, threads, root, start_timeout_s
+        self.learner_resources = learner_resources   # one more worker, one thread, advertising these
         # Dask's settings for few, long, pinned tasks (no stealing, profiler or 20 ms tick), as a user's
         # cluster should run them (README "Running on a cluster"); the driver's client gets them in-process.
         self.env = {**os.environ, **env, "PYTHONPATH": REPO, **env_vars(QUIET_CLUSTER)}
@@ -79,6 +81,10 @@ class ClusterProcesses:
                 self._start("distributed.cli.dask_worker", self.address, "--nthreads", str(self.threads),
                             "--no-nanny", "--memory-limit", "0", "--no-dashboard", "--name", f"w{i:02d}",
                             log="workers.log")
+            if self.learner_resources:
+                self._start("distributed.cli.dask_worker", self.address, "--nthreads", "1", "--no-nanny",
+                            "--memory-limit", "0", "--no-dashboard", "--name", "learner", "--resources",
+                            ",".join(f"{r}={n:g}" for r, n in self.learner_resources.items()), log="learner.log")
             self._wait_for_workers()
         except BaseException:
             self.__exit__(None, None, None)
@@ -88,10 +94,13 @@ class ClusterProcesses:
     def _wait_for_workers(self) -> None:
         from distributed import Client
         with Client(self.address, timeout="30s") as client:
-            client.wait_for_workers(self.processes, timeout=self.timeout)
+            client.wait_for_workers(self.processes + bool(self.learner_resources), timeout=self.timeout)
 
     def pids(self) -> Dict[str, List[int]]:
-        return {"scheduler": [self.procs[0].pid], "workers": [p.pid for p in self.procs[1:]]}
+        """Process ids by role: the scheduler, the actors' workers and (with ``learner_resources``) the learner's."""
+        actors = self.procs[1:1 + self.processes]
+        learner = {"learner": [p.pid for p in self.procs[1 + self.processes:]]} if self.learner_resources else {}
+        return {"scheduler": [self.procs[0].pid], "workers": [p.pid for p in actors], **learner}
 
     def __exit__(self, *exc) -> None:
         for p in reversed(self.procs):

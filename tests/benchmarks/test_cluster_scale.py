@@ -59,6 +59,7 @@ def test_a_short_sweep_writes_one_record_per_n_with_its_efficiency(tmp_path):
                     "--warmup-blocks", "1", "--no-progress", "--out", str(out), "--plot", str(png)]) == 0
     record = json.loads(out.read_text())
     assert record["env_id"] == "waiting:4-float32-200us" and record["learner"] == "simulated"
+    assert record["learner_host"] == "worker"      # the default: the driver's CPU is orchestration only
     assert {"date", "command", "machine", "machine_load_end", "projection"} <= set(record)
     assert record["machine"]["cpu"] and len(record["machine"]["loadavg"]) == 3
     one, two = record["records"]
@@ -71,5 +72,6 @@ def test_a_short_sweep_writes_one_record_per_n_with_its_efficiency(tmp_path):
         assert 0 < r["driver_bytes_in"] < r["trajectory_bytes"]
         assert r["commit_latency_ms_p50"] <= r["commit_latency_ms_p99"]
         assert r["policy_lag_versions_max"] >= 0
+        assert r["learner_cpu_s_per_1k_steps"] > 0 and r["learner_where"].startswith("tcp://127.0.0.1:")
     assert record["projection"]["saturates_first"] in ("driver", "scheduler")
     assert png.stat().st_size > 0
