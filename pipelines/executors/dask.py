@@ -60,6 +60,52 @@ def workers_ignore_stop_signals():
             signal.signal(sig, handler)
 
 
+#: What the embedded cluster's forkserver imports once, before its workers fork from it (:func:`start_worker_forkserver`).
+WORKER_PRELOAD = ("distributed", "numpy", "gymnasium", "ai_edge_litert.interpreter")
+
+
+def start_worker_forkserver(env: Dict[str, str]) -> bool:
+    """Start multiprocessing's forkserver for the embedded cluster's workers; False where there is none.
+
+    A worker process Dask spawns imports ``distributed`` on its own (~0.75 s on
+    a 2-core Zen 3), after this process has imported it: two imports one after
+    the other on the way to the first env step. A forkserver started before this
+    process imports ``distributed`` imports :data:`WORKER_PRELOAD` beside it, and
+    each worker is then a fork of it (Dask's
+    ``distributed.worker.multiprocessing-method: forkserver``). The forkserver is
+    a fresh, single-threaded process (not a fork of this one, whose threads a
+    fork would copy in the middle of their work). Called inside
+    :func:`workers_ignore_stop_signals`: workers get the forkserver's signal
+    dispositions, not those of the process that asks for them. ``env`` (thread
+    counts, :func:`pipelines.executors.common.thread_env`) is set while it
+    starts, because numpy's BLAS reads it once, at import; a forkserver runs
+    once per process, so a later cluster in the same process keeps the first
+    one's.
+    """
+    import multiprocessing
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    from multiprocessing import forkserver
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        multiprocessing.set_forkserver_preload(list(WORKER_PRELOAD))
+        forkserver.ensure_running()
+    except OSError:
+        return False
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    import distributed.utils
+    if hasattr(distributed.utils, "_forkserver_preload_set"):
+        # Ours runs already; Dask's own preload list would only import pandas into this process (~0.5 s).
+        distributed.utils._forkserver_preload_set = True
+    return True
+
+
 class DaskExecutor:
     name = "dask"
     deterministic = False
@@ -70,20 +116,25 @@ class DaskExecutor:
     def __init__(self, address: Optional[str] = None, n_workers: int = 0, threads_per_worker: int = 1,
                  retries: int = 3, thread_env: Optional[Dict[str, str]] = None,
                  learner_resources: Optional[Dict[str, float]] = None):
-        from distributed import Client, LocalCluster
         self.retries = retries
         self._cluster = None
         if address:
+            from distributed import Client
             self.client = Client(address, timeout="20s")
         else:
-            import dask
             n = n_workers or os.cpu_count() or 1
             # Dask's settings for few, long, pinned tasks (QUIET_CLUSTER): no work stealing (a stolen
             # rollout leaves its actor's warm worker, its env state and LiteRT interpreter, and must ship
             # the state along: core.rollout), no profiler or 20 ms tick spending the run's cores. A worker
             # process takes the config its nanny was made under, so the learner's worker is made inside too.
+            # The forkserver starts before this process imports distributed, so the two imports overlap.
+            with workers_ignore_stop_signals():
+                forked = start_worker_forkserver(thread_env or {})
+            import dask
+            from distributed import Client, LocalCluster
             from pipelines.executors.dask_config import QUIET_CLUSTER
-            with workers_ignore_stop_signals(), dask.config.set(QUIET_CLUSTER):
+            start = {**QUIET_CLUSTER, "distributed.worker.multiprocessing-method": "forkserver" if forked else "spawn"}
+            with workers_ignore_stop_signals(), dask.config.set(start):
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker,
                                              processes=True, dashboard_address=None,
                                              env=thread_env or {}, silence_logs=logging.ERROR)

@@ -183,6 +183,31 @@ def test_dask_wait_counts_a_cancelled_future_as_done():
         executor.close()
 
 
+def _worker_facts():
+    import signal
+    import sys
+    return {"ppid": os.getppid(), "preloaded": "gymnasium" in sys.modules,
+            "ignores": [signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM)],
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
+
+
+@pytest.mark.slow
+def test_embedded_workers_fork_from_a_forkserver_that_imported_their_modules():
+    """The embedded cluster's workers are forks of multiprocessing's forkserver (started before the driver
+    imports distributed, so the two imports overlap), which imported WORKER_PRELOAD once: a worker has
+    gymnasium before any task imports it, ignores Ctrl-C and SIGTERM (the driver's planned stop) and has the
+    thread counts it was given."""
+    from multiprocessing import forkserver
+    from pipelines.executors.dask import DaskExecutor
+    executor = DaskExecutor(n_workers=1, thread_env={"OPENBLAS_NUM_THREADS": "1"})
+    try:
+        facts = executor.submit(_worker_facts).result()
+    finally:
+        executor.close()
+    assert facts["ppid"] == forkserver._forkserver._forkserver_pid != os.getpid()
+    assert facts["preloaded"] and facts["ignores"] == [True, True] and facts["blas_threads"] == "1"
+
+
 @pytest.mark.parametrize("data, match", [
     ({"executor": "local"}, r"^learner.resources \{\"GPU\": 1.0\} needs executor 'dask', not 'local' "),
     ({"executor": "beam"}, r"^learner.resources \{\"GPU\": 1.0\} needs executor 'dask', not 'beam' "),
