@@ -243,6 +243,10 @@ def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: Issue 33's goal: DataBloom's median time to a confirmed 475 at least this many times sooner than SB3 PPO's.
+SOONER_THAN_PPO = 1.5
+
+
 def goal_lines(rows: Sequence[Dict[str, Any]]) -> List[str]:
     """The issue's goals, checked: DataBloom's medians against SB3's, and every seed solved."""
     by = {r["system"]: r for r in rows}
@@ -261,6 +265,12 @@ def goal_lines(rows: Sequence[Dict[str, Any]]) -> List[str]:
         shown = lambda v: "none (half or more unsolved)" if v is None else f"{v:,.1f}"
         out.append(f"median {unit} to 475: DataBloom {shown(a)} {rel} {system} {shown(b)}? "
                    f"{'met' if met else 'not met'}")
+    ppo = by.get("sb3-ppo")
+    if ppo is not None and db["median_time_to_target_s"] and ppo["median_time_to_target_s"]:
+        ratio = ppo["median_time_to_target_s"] / db["median_time_to_target_s"]
+        met = ratio >= SOONER_THAN_PPO and db["solved"] == db["runs"]
+        out.append(f"DataBloom reaches 475 {ratio:.2f}x as soon as sb3-ppo (median time; goal >= "
+                   f"{SOONER_THAN_PPO}x with every seed solved): {'met' if met else 'not met'}")
     return out
 
 
@@ -320,6 +330,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     _write(args.out, result, table, goal_lines(rows))
     print(table)
     print("\n".join(goal_lines(rows)))
+    print(f"machine load at the end (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -51,7 +51,12 @@ def test_time_to_solve_rows_table_and_goals_exact():
         "DataBloom solved 2/3 (goal: all)",
         "median s to 475: DataBloom 60.0 <= sb3-ppo 31.0? not met",
         "median s to 475: DataBloom 60.0 < sb3-dqn 159.7? met",
-        "median env steps to 475: DataBloom 50,000.0 <= sb3-dqn 28,000.0? not met"]
+        "median env steps to 475: DataBloom 50,000.0 <= sb3-dqn 28,000.0? not met",
+        "DataBloom reaches 475 0.52x as soon as sb3-ppo (median time; goal >= 1.5x with every seed solved): not met"]
+    fast = tts.summarize([_tts_run("databloom", s, t, 20_000) for s, t in enumerate((20.0, 18.0, 25.0))]
+                         + [r for r in TTS_RUNS if r["system"] == "sb3-ppo"], ("databloom", "sb3-ppo"))
+    assert tts.goal_lines(fast)[-1] == ("DataBloom reaches 475 1.55x as soon as sb3-ppo (median time; goal >= 1.5x "
+                                        "with every seed solved): met")          # 31.0 / 20.0
 
 
 def test_time_to_solve_order_rotates_by_seed():
