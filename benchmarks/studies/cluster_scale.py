@@ -260,6 +260,9 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
             "scheduler_cpu_s_per_1k_steps": round(1000 * cpu["scheduler"] / steps, 5),
             "central_cpu_s_per_1k_steps": round(1000 * (cpu["driver"] + cpu["scheduler"]) / steps, 5),
             "driver_cpu_ms_per_block": round(1000 * cpu["driver"] / w["blocks"], 3),
+            # the driver's CPU per block by thread: its loop (main) and Dask's client event loop; the rest
+            # (energy ledger, progress bar, stage calls' threads) is the remainder
+            "driver_cpu_ms_per_block_by_thread": _by_thread(w["cpu_s"], w["blocks"]),
             "scheduler_cpu_ms_per_task": round(1000 * cpu["scheduler"] / (w["blocks"] * trainer.plan.num_actors
                                                                           * trainer.plan.tasks_per_block), 4),
             "learner_host": args.learner_host, "learner_where": learner_where,
@@ -277,6 +280,12 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
             # the driver's wall seconds per block by loop phase, whole run (Flight.busy_s / idle_s)
             "driver_busy_ms_per_block": {k: round(1000 * v / trainer.plan.num_blocks, 2) for k, v in trainer.busy_s.items()},
             "driver_idle_ms_per_block": {k: round(1000 * v / trainer.plan.num_blocks, 2) for k, v in trainer.idle_s.items()}}
+
+
+def _by_thread(cpu_s: Dict[str, float], blocks: int) -> Dict[str, float]:
+    main, io_loop = cpu_s.get("driver_main", 0.0), cpu_s.get("driver_client_io_loop", 0.0)
+    return {k: round(1000 * v / blocks, 3) for k, v in
+            (("main", main), ("client_io_loop", io_loop), ("other", cpu_s["driver"] - main - io_loop))}
 
 
 def add_efficiency(records: List[Dict[str, Any]]) -> None:
@@ -361,6 +370,9 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"({proj['driver_ms_per_block']} ms CPU per {args.block_rows}-row block); one scheduler core: "
           f"{proj['one_scheduler_core_env_steps_per_s']:,}; saturates first: {proj['saturates_first']}; "
           f"central cost max/min over N: {proj['central_cost_max_over_min']}")
+    split = max(records, key=lambda r: r["n_workers"])["driver_cpu_ms_per_block_by_thread"]
+    print(f"driver CPU per block at N = {proj['from_n_workers']} by thread: main (plan, submit, commit) "
+          f"{split['main']} ms, Dask client's event loop {split['client_io_loop']} ms, other {split['other']} ms")
     commit, dirty = git_state()
     record = {"study": "cluster-scale", "date": started, "command": " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
               "git_commit": commit, "git_dirty": dirty, "machine": machine,

@@ -123,6 +123,20 @@ def cpu_seconds(pids: List[int]) -> float:
     return total
 
 
+def driver_thread_cpu_seconds() -> Dict[str, float]:
+    """This process's CPU seconds in its main thread (the driver's loop: plan, submit, commit) and in Dask's
+    client event loop (the thread distributed names "IO loop": every message to and from the scheduler)."""
+    import threading
+    import psutil
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out = {"main": 0.0, "client_io_loop": 0.0}
+    for t in psutil.Process().threads():
+        key = {"MainThread": "main", "IO loop": "client_io_loop"}.get(names.get(t.id, ""))
+        if key:
+            out[key] += t.user_time + t.system_time
+    return out
+
+
 def rss_bytes(pids: List[int]) -> int:
     import psutil
     return sum(psutil.Process(pid).memory_info().rss for pid in pids)
@@ -147,6 +161,7 @@ class ScaleTrainer(Trainer):
     def _sample(self) -> Dict[str, Any]:
         return {"t": time.perf_counter(), "steps": self.loop.env_steps,
                 "cpu_s": {"driver": cpu_seconds([os.getpid()]),
+                          **{f"driver_{k}": v for k, v in driver_thread_cpu_seconds().items()},
                           **{k: cpu_seconds(v) for k, v in self.watch_pids.items()}}}
 
     def _commit_next(self, f, bar) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 
 def json_round_trip(value: Any) -> Any:
@@ -47,7 +47,7 @@ class BatchCall:
     actor: Optional[int] = None
 
 
-def resolve_earlier(value: Any, futures: Sequence[Any]) -> Any:
+def resolve_earlier(value: Any, futures: Union[Sequence[Any], Mapping[int, Any]]) -> Any:
     """``value`` with every :class:`Earlier` (top level, or in a list, tuple or dict) replaced by its future."""
     if isinstance(value, Earlier):
         return futures[value.index]

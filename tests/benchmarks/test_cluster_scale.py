@@ -72,6 +72,9 @@ def test_a_short_sweep_writes_one_record_per_n_with_its_efficiency(tmp_path):
         assert 0 < r["driver_bytes_in"] < r["trajectory_bytes"]
         assert r["commit_latency_ms_p50"] <= r["commit_latency_ms_p99"]
         assert r["policy_lag_versions_max"] >= 0
+        split = r["driver_cpu_ms_per_block_by_thread"]
+        assert split["main"] > 0 and split["client_io_loop"] > 0
+        assert sum(split.values()) == pytest.approx(r["driver_cpu_ms_per_block"], abs=0.01)
         assert r["learner_cpu_s_per_1k_steps"] > 0 and r["learner_where"].startswith("tcp://127.0.0.1:")
     assert record["projection"]["saturates_first"] in ("driver", "scheduler")
     assert png.stat().st_size > 0
