@@ -62,6 +62,10 @@ def workers_ignore_stop_signals():
 
 #: What the embedded cluster's forkserver imports once, before its workers fork from it (:func:`start_worker_forkserver`).
 WORKER_PRELOAD = ("distributed", "numpy", "gymnasium", "ai_edge_litert.interpreter")
+#: The environment Dask gives a worker process before it starts (its ``distributed.nanny.pre-spawn-environ``
+#: defaults: read at process start or at numpy's import, so a forked worker has them only from its forkserver).
+WORKER_PRE_START_ENV = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                        "OPENBLAS_NUM_THREADS": "1"}
 
 
 def start_worker_forkserver(env: Dict[str, str]) -> bool:
@@ -77,8 +81,9 @@ def start_worker_forkserver(env: Dict[str, str]) -> bool:
     fork would copy in the middle of their work). Called inside
     :func:`workers_ignore_stop_signals`: workers get the forkserver's signal
     dispositions, not those of the process that asks for them. ``env`` (thread
-    counts, :func:`pipelines.executors.common.thread_env`) is set while it
-    starts, because numpy's BLAS reads it once, at import; a forkserver runs
+    counts, :func:`pipelines.executors.common.thread_env`, over Dask's own
+    :data:`WORKER_PRE_START_ENV`) is set while it starts, because numpy's BLAS
+    reads it once, at import, and glibc at process start; a forkserver runs
     once per process, so a later cluster in the same process keeps the first
     one's.
     """
@@ -86,6 +91,7 @@ def start_worker_forkserver(env: Dict[str, str]) -> bool:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return False
     from multiprocessing import forkserver
+    env = {**WORKER_PRE_START_ENV, **env}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
