@@ -64,6 +64,10 @@ class ClusterProcesses:
         self.procs.append(proc)
         return proc
 
+    def _start_worker(self, name: str, threads: int, *extra: str, log: str) -> subprocess.Popen:
+        return self._start("distributed.cli.dask_worker", self.address, "--nthreads", str(threads), "--no-nanny",
+                           "--memory-limit", "0", "--no-dashboard", "--name", name, *extra, log=log)
+
     def __enter__(self) -> "ClusterProcesses":
         sched_file = os.path.join(self.root, f"scheduler-{time.time_ns()}.json")
         try:
@@ -78,13 +82,10 @@ class ClusterProcesses:
             with open(sched_file) as f:
                 self.address = json.load(f)["address"]
             for i in range(self.processes):
-                self._start("distributed.cli.dask_worker", self.address, "--nthreads", str(self.threads),
-                            "--no-nanny", "--memory-limit", "0", "--no-dashboard", "--name", f"w{i:02d}",
-                            log="workers.log")
+                self._start_worker(f"w{i:02d}", self.threads, log="workers.log")
             if self.learner_resources:
-                self._start("distributed.cli.dask_worker", self.address, "--nthreads", "1", "--no-nanny",
-                            "--memory-limit", "0", "--no-dashboard", "--name", "learner", "--resources",
-                            ",".join(f"{r}={n:g}" for r, n in self.learner_resources.items()), log="learner.log")
+                self._start_worker("learner", 1, "--resources",
+                                   ",".join(f"{r}={n:g}" for r, n in self.learner_resources.items()), log="learner.log")
             self._wait_for_workers()
         except BaseException:
             self.__exit__(None, None, None)
