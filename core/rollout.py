@@ -66,7 +66,7 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -214,6 +214,56 @@ def run_rollout_task(spec: ActorSpec, payload, task_index: int, num_steps: int,
         raise
     result.next_state = LiveState(state, task_index)
     return result
+
+
+def run_rollout_group(payload, tasks: Sequence[Tuple[ActorSpec, int, int, Dict[str, float], bool]],
+                      after: Optional[Dict[int, Any]] = None, threads: int = 1) -> List[RolloutResult]:
+    """Several actors' rollout tasks of one block as one schedulable task (fewer, longer tasks).
+
+    A scheduler's and a driver's costs are per task (``benchmarks/studies/cluster_scale.py``): the
+    actors pinned to one worker run their block as one task instead of one each. ``tasks`` holds
+    ``(spec, task_index, num_steps, explore, capture_state)``, every actor's in order; each is
+    exactly :func:`run_rollout_task`. ``after`` maps an actor to its previous result as that takes it,
+    or to the list a previous group returned (the actor's last result in it is taken). Each actor's
+    tasks run in order on one thread, ``threads`` actors at a time (the worker's threads, as Dask
+    would run one-actor tasks). Returns the results in ``tasks``'s order.
+
+    Any task that fails fails the group, and a retry runs every actor of it again: the actors whose
+    tasks had finished are rebuilt from seeds at their task (fault-tolerant, not bit-identical; module
+    docstring), as a lone task's retry would be.
+    """
+    after = after or {}
+    by_actor: Dict[int, List[int]] = {}
+    for i, t in enumerate(tasks):
+        by_actor.setdefault(int(t[0].actor_id), []).append(i)
+    out: List[Any] = [None] * len(tasks)
+    worker = _worker_name()         # the pool's threads are not the worker's: get_worker() fails there
+
+    def chain(actor: int) -> None:
+        prev = _previous_result(after.get(actor), actor)
+        for i in by_actor[actor]:
+            spec, k, steps, explore, capture = tasks[i]
+            prev = out[i] = run_rollout_task(spec, payload, k, steps, explore, after=prev, capture_state=capture)
+            prev.stats.worker = worker
+
+    if threads <= 1 or len(by_actor) == 1:
+        for actor in by_actor:
+            chain(actor)
+    else:
+        import concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(min(threads, len(by_actor)),
+                                                   thread_name_prefix="actor") as pool:
+            for fut in [pool.submit(chain, a) for a in by_actor]:
+                fut.result()
+    return out
+
+
+def _previous_result(ref: Any, actor: int) -> Any:
+    """``after=`` of ``actor``'s next task from :func:`run_rollout_group`'s ``after`` entry."""
+    if isinstance(ref, list):        # a previous group's results: the actor's last task among them
+        mine = [r for r in ref if int(r.batch.actor_id) == actor]
+        return mine[-1] if mine else None
+    return ref
 
 
 def capture_document(state: ActorState) -> Dict[str, Any]:

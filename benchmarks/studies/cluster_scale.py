@@ -38,7 +38,12 @@ scheduler. This study makes the actors cost (almost) no CPU, so that a
   the scheduler's cost is per task, and a task's chained successor on the
   same actor buys nothing within a block (the block's shard waits for all of
   them, and they all act with the block's policy version), so few actors are
-  best served by few, long tasks (README, "Running on a cluster").
+  best served by few, long tasks (README, "Running on a cluster");
+* **Dask tasks**: the plan's actor tasks of a block run as one Dask task
+  per worker process (``core.rollout.run_rollout_group``: the actors pinned
+  there, on its threads), plus the block's shard write: ``min(N,
+  --max-processes) + 1`` tasks a block. ``--rollout-tasks per-actor`` gives
+  each actor a task of its own (the product before), for the before/after.
 
 For each N it measures, over the run's steady state (from the commit of
 block ``--warmup-blocks`` to the last): env steps/s; efficiency = steps/s /
@@ -128,8 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy-lag", type=int, default=1,
                    help="actors.policy_lag: blocks that run ahead of the learner (default 1, the product's)")
     p.add_argument("--one-by-one", action="store_true",
-                   help="submit a block's rollouts one client.submit each (the driver before batched submits), "
-                        "not one client.map per worker: the before/after of the fix")
+                   help="submit a block's rollout tasks one client.submit each, not one client.map per worker")
+    p.add_argument("--rollout-tasks", choices=("per-worker", "per-actor"), default="per-worker",
+                   help="per-worker: a block's rollouts are one Dask task per worker process, running the "
+                        "actors pinned there on its threads (core.rollout.run_rollout_group; the product's); "
+                        "per-actor: one task per actor per block (the product before: the before/after of "
+                        "the fix at N > --max-processes)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar per run")
     return p
 
@@ -231,6 +240,8 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
         executor = DaskExecutor(address=cluster.address, retries=cfg.dask.task_retries)
         if args.one_by_one:      # common.submit_batch falls back to one submit per call
             executor.submit_batch = None
+        if args.rollout_tasks == "per-actor":     # BlockTasks then makes a group of each actor
+            executor.actor_groups = None
         try:
             step_s = args.learn_us_per_step * 1e-6
             if args.learner == "real":
@@ -251,8 +262,12 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
     cores = os.cpu_count() or 1
     cpu = {k: w["cpu_s"].get(k, 0.0) for k in ("driver", "scheduler", "workers", "learner")}
     lags = trainer.lags_seen
+    rollout_tasks = processes if args.rollout_tasks == "per-worker" else n
     return {"n_workers": n, "worker_processes": processes, "threads_per_process": threads,
-            "block_rows": trainer.plan.block_rows, "tasks_per_block": trainer.plan.num_actors * trainer.plan.tasks_per_block,
+            "block_rows": trainer.plan.block_rows, "rollout_tasks": args.rollout_tasks,
+            # Dask tasks per block: the rollouts' and the shard write; the plan's actor tasks they run
+            "tasks_per_block": rollout_tasks + 1,
+            "plan_tasks_per_block": trainer.plan.num_actors * trainer.plan.tasks_per_block,
             "task_rows": trainer.plan.task_rows,
             "blocks_measured": w["blocks"], "env_steps": steps, "wall_s": round(wall, 3),
             "env_steps_per_s": round(steps / wall, 1),
@@ -263,8 +278,7 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
             # the driver's CPU per block by thread: its loop (main) and Dask's client event loop; the rest
             # (energy ledger, progress bar, stage calls' threads) is the remainder
             "driver_cpu_ms_per_block_by_thread": _by_thread(w["cpu_s"], w["blocks"]),
-            "scheduler_cpu_ms_per_task": round(1000 * cpu["scheduler"] / (w["blocks"] * trainer.plan.num_actors
-                                                                          * trainer.plan.tasks_per_block), 4),
+            "scheduler_cpu_ms_per_task": round(1000 * cpu["scheduler"] / (w["blocks"] * (rollout_tasks + 1)), 4),
             "learner_host": args.learner_host, "learner_where": learner_where,
             "learner_cpu_s_per_1k_steps": (round(1000 * cpu["learner"] / steps, 5)
                                            if args.learner_host == "worker" else None),
@@ -336,10 +350,10 @@ def plot(records: List[Dict[str, Any]], path: str, title: str) -> None:
 
 
 def table(records: List[Dict[str, Any]]) -> str:
-    head = ("   N  procs x thr   steps/s   eff.  driver ms/1k  sched ms/1k  workers cores (share)  RSS MB  "
+    head = ("   N  procs x thr  tasks/blk   steps/s   eff.  driver ms/1k  sched ms/1k  workers cores (share)  RSS MB  "
             "drv bytes %  commit p50/p99 ms  lag mean/max")
     rows = [f"{r['n_workers']:4d}  {r['worker_processes']:5d} x {r['threads_per_process']:<3d}"
-            f"{r['env_steps_per_s']:10.0f}  {100 * (r['efficiency'] or 0):4.0f}%"
+            f"{r['tasks_per_block']:10d}{r['env_steps_per_s']:10.0f}  {100 * (r['efficiency'] or 0):4.0f}%"
             f"  {1000 * r['driver_cpu_s_per_1k_steps']:12.1f}  {1000 * r['scheduler_cpu_s_per_1k_steps']:11.1f}"
             f"  {r['workers_cpu_cores']:6.2f} ({100 * r['workers_cpu_share']:4.1f}%)       {r['workers_rss_mb']:7.0f}"
             f"  {r['driver_bytes_pct']:10.3f}  {r['commit_latency_ms_p50']:7.1f} / {r['commit_latency_ms_p99']:<7.1f}"
@@ -379,6 +393,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               "machine_load_end": os.getloadavg(), "env_id": env_id(args), "learner": args.learner,
               "learner_host": args.learner_host, "policy_lag": args.policy_lag,
               "submits": "one by one" if args.one_by_one else "batched (one client.map per worker)",
+              "rollout_tasks": args.rollout_tasks,
               "learn_us_per_step": args.learn_us_per_step if args.learner == "simulated" else None,
               "records": records, "projection": proj}
     if args.out:

@@ -4,10 +4,11 @@
 turns plan blocks into executor tasks and commits their shards (the driver's
 steps 1 and 2)::
 
-    block b's version published -> one rollout task per (actor, task) of the block, each after
-                                   its actor's previous task, submitted as one batch (on Dask one
-                                   scheduler message per worker), and one write task that takes
-                                   their futures (trajectories go worker -> writer)
+    block b's version published -> the block's (actor, task)s as one rollout task per group of
+                                   actors pinned to one worker (on Dask one task per worker, running
+                                   its actors on its threads; elsewhere one per actor), each after its
+                                   actors' previous tasks, and one write task that takes their
+                                   futures (trajectories go worker -> writer)
     write of block c done, learner block c-1 done, evaluations up to c - STOP_DELAY decided
                                 -> commit shard s{c} (one log entry); account its rows and stats
 
@@ -15,6 +16,9 @@ An actor's last task of each block returns the actor's env state as a
 document (``capture_state``), which the write stores in the block's shard:
 ``--resume`` continues the actors from the last committed block's
 (:mod:`pipelines.run.resume`).
+
+The scheduler's and the driver's costs are per Dask task, not per env step
+(``benchmarks/studies/cluster_scale.py``): grouping makes them per worker.
 
 A write whose inputs Dask lost with a killed worker (a cancelled future) is
 submitted again with the same shard id, after its lost rollouts; retries
@@ -24,9 +28,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
-from pipelines.executors.common import BatchCall, Earlier, submit_batch
+from pipelines.executors.common import BatchCall, submit_batch
 from pipelines.run import stages
 from pipelines.run.task_stats import tasks_of
 from pipelines.run.flight import Flight
@@ -55,45 +59,58 @@ class BlockTasks:
         return submitted
 
     def _submit_block_rollouts(self, f: Flight, block: int) -> List[Any]:
-        """The block's rollout tasks in one batch (``submit_batch``: one scheduler message per worker on Dask),
-        each after its actor's previous task; the same tasks, keys and arguments as ``_submit_rollout``."""
-        calls: List[BatchCall] = []
-        last: Dict[int, Any] = {}       # actor -> its previous task: a future, or Earlier(i) in this batch
-        for a, k in f.plan.tasks(block):
-            calls.append(BatchCall(args=self._rollout_args(f, a, k, block),
-                                   kwargs={"after": last.get(a, f.last_task.get(a)),
-                                           "capture_state": self._captures(f, k)},
-                                   key=f"rollout-{self.run_id}-a{a}-t{k}", actor=a))
-            last[a] = Earlier(len(calls) - 1)
-            self.loop.next_task[a] = k + 1
-        futures = submit_batch(self.executor, stages.run_rollout_task, calls)
-        for a, ref in last.items():
-            f.last_task[a] = futures[ref.index]
+        """The block's rollouts: one task per group of actors that share a worker (``actor_groups``: on
+        Dask one per worker, else one per actor), in one batch (``submit_batch``), each after its actors'
+        previous tasks; ``f.rollout_tasks[block]`` names the plan tasks each one runs."""
+        tasks = f.plan.tasks(block)
+        actors = sorted({a for a, _ in tasks})
+        grouping = getattr(self.executor, "actor_groups", None)
+        groups = grouping(actors) if grouping else [([a], 1) for a in actors]
+        group_of = {a: i for i, (members, _) in enumerate(groups) for a in members}
+        units: List[List[Tuple[int, int]]] = [[] for _ in groups]
+        for a, k in tasks:
+            units[group_of[a]].append((a, k))
+        f.rollout_tasks[block] = units
+        calls = [self._group_call(f, block, unit, threads) for unit, (_, threads) in zip(units, groups)]
+        futures = submit_batch(self.executor, stages.run_rollout_group, calls)
+        for unit, fut in zip(units, futures):
+            for a, k in unit:
+                f.last_task[a] = fut
+                self.loop.next_task[a] = k + 1
         return futures
 
-    def _rollout_args(self, f: Flight, a: int, k: int, block: int) -> tuple:
+    def _group_call(self, f: Flight, block: int, unit: List[Tuple[int, int]], threads: int,
+                    retry: int = 0) -> BatchCall:
+        """``run_rollout_group`` of ``unit``'s plan tasks, each actor after its previous task (a retry: after
+        nothing, or the state a resume stored for that task)."""
+        actors = list(dict.fromkeys(a for a, _ in unit))
+        first = {a: min(k for b, k in unit if b == a) for a in actors}
+        if retry:
+            stored = getattr(self, "stored_states", {})
+            after = {a: stored[a] for a in actors if a in stored and stored[a].task == first[a]}
+        else:
+            after = {a: f.last_task[a] for a in actors if f.last_task.get(a) is not None}
+        specs = [(self.actor_specs[a], k, self.cfg.actors.steps_per_task, self._explore(f, a, block),
+                  self._captures(f, k)) for a, k in unit]
+        key = f"rollout-{self.run_id}-b{block}-a{actors[0]}" + (f"-r{retry}" if retry else "")
+        return BatchCall(args=(f.block_ref[block][0], specs), kwargs={"after": after, "threads": threads},
+                         key=key, actor=actors[0])
+
+    def _explore(self, f: Flight, a: int, block: int) -> Dict[str, float]:
         # Exploration follows the plan's env steps (block start), not the steps that happen to be done.
-        explore = self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
-        return (self.actor_specs[a], f.block_ref[block][0], k, self.cfg.actors.steps_per_task, explore)
+        return self.builder.exploration(self.cfg.agent, block * f.plan.block_rows, a)
 
     @staticmethod
     def _captures(f: Flight, k: int) -> bool:
         """An actor's last task of the block returns its env state, stored in the block's shard (resume)."""
         return k % f.plan.tasks_per_block == f.plan.tasks_per_block - 1
 
-    def _submit_rollout(self, f: Flight, a: int, k: int, block: int, retry: int = 0):
-        after = {} if retry else {"after": f.last_task.get(a)}   # an actor's tasks run in order
-        stored = getattr(self, "stored_states", {}).get(a)
-        if retry and stored is not None and stored.task == k:     # resume: the actor's first task again
-            after = {"after": stored}
-        fut = self.executor.submit(stages.run_rollout_task, *self._rollout_args(f, a, k, block), **after,
-                                   capture_state=self._captures(f, k),
-                                   key=f"rollout-{self.run_id}-a{a}-t{k}" + (f"-r{retry}" if retry else ""),
-                                   actor=a)
-        if not retry:
-            f.last_task[a] = fut
-        self.loop.next_task[a] = k + 1
-        return fut
+    def _resubmit_unit(self, f: Flight, block: int, i: int, retry: int):
+        """Rollout task ``i`` of the block again (its group: ``f.rollout_tasks[block][i]``)."""
+        unit = f.rollout_tasks[block][i]      # its worker may be another now: a thread per actor
+        call = self._group_call(f, block, unit, len({a for a, _ in unit}), retry=retry)
+        return self.executor.submit(stages.run_rollout_group, *call.args, key=call.key, actor=call.actor,
+                                    **call.kwargs)
 
     def _submit_write(self, block: int, rollouts: List[Any], retry: int = 0):
         # The rollout futures themselves are the arguments: trajectories go worker -> writer.
@@ -111,10 +128,11 @@ class BlockTasks:
             raise StallError(f"the tasks of block {block} were lost {MAX_BLOCK_RETRIES} times; valid: a "
                              f"cluster whose workers stay up")
         self._republish_if_lost(f, block)
-        for i, (a, k) in enumerate(f.plan.tasks(block)):
+        for i, unit in enumerate(f.rollout_tasks[block]):
             if f.rollouts[block][i].cancelled():
-                self.log.write("task_lost", step=self.loop.env_steps, task=f"rollout actor {a} task {k}")
-                f.rollouts[block][i] = self._submit_rollout(f, a, k, block, retry=f.retries)
+                for a, k in unit:
+                    self.log.write("task_lost", step=self.loop.env_steps, task=f"rollout actor {a} task {k}")
+                f.rollouts[block][i] = self._resubmit_unit(f, block, i, retry=f.retries)
         self.log.write("task_lost", step=self.loop.env_steps, task=f"write {stages.shard_id_for(block)}")
         f.writes[block] = self._submit_write(block, f.rollouts[block], retry=f.retries)
 
@@ -178,6 +196,7 @@ class BlockTasks:
         self._committed(f, c, info["rows"], info, bar)
         f.writes.pop(c)
         f.rollouts.pop(c)
+        f.rollout_tasks.pop(c, None)
         f.block_ref.pop(c)
         return True
 

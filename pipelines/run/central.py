@@ -333,7 +333,12 @@ class CentralTrainer(Trainer):
 
     # -- the plan's rollout tasks, played by the server -------------------------------------------
     def _submit_block_rollouts(self, f, block: int) -> List[Any]:
+        f.rollout_tasks[block] = [[t] for t in f.plan.tasks(block)]
         return [self._submit_rollout(f, a, k, block) for a, k in f.plan.tasks(block)]   # grants, not tasks
+
+    def _resubmit_unit(self, f, block: int, i: int, retry: int):
+        (a, k), = f.rollout_tasks[block][i]
+        return self._submit_rollout(f, a, k, block, retry=retry)
 
     def _submit_rollout(self, f, a: int, k: int, block: int, retry: int = 0):
         # Exploration follows the plan's env steps (block start), as for a local rollout task.

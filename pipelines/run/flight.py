@@ -78,6 +78,8 @@ class Flight:
     versions: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # learner block -> ref, version
     block_retries: Dict[int, int] = dataclasses.field(default_factory=dict)   # block -> lost-task resubmissions
     rollouts: Dict[int, List[Any]] = dataclasses.field(default_factory=dict)        # block -> rollout futures
+    rollout_tasks: Dict[int, List[List[Tuple[int, int]]]] = dataclasses.field(   # block -> each one's (a, k)s
+        default_factory=dict)
     block_ref: Dict[int, Tuple[Any, int]] = dataclasses.field(default_factory=dict)  # block -> its version
     writes: Dict[int, Any] = dataclasses.field(default_factory=dict)                # block -> write future
     last_task: Dict[int, Any] = dataclasses.field(default_factory=dict)             # actor -> latest rollout
@@ -158,7 +160,8 @@ class Flight:
                if b <= self.plan.decides_stop_before(c) and not fut.done()]
         fut = self.writes.get(c)
         if fut is not None and not fut.done():
-            names = [f"a{a:04d}-t{k:07d}" for (a, k), r in zip(self.plan.tasks(c), self.rollouts[c]) if not r.done()]
+            names = [f"a{a:04d}-t{k:07d}" for unit, r in zip(self.rollout_tasks[c], self.rollouts[c])
+                     if not r.done() for a, k in unit]
             out.append((f"shard write {shard_id_for(c)}" + (f" (rollouts {' '.join(names)})" if names else ""),
                         fut))
         return out

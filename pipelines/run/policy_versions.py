@@ -82,7 +82,7 @@ class PolicyVersions:
         """Take block 0's futures from :meth:`_submit_uniform_first_block`'s flight (None: nothing) into ``f``."""
         if early is None:
             return
-        for name in ("rollouts", "writes", "block_ref", "last_task"):
+        for name in ("rollouts", "rollout_tasks", "writes", "block_ref", "last_task"):
             getattr(f, name).update(getattr(early, name))
         f.next_submit = max(f.next_submit, early.next_submit)
 

@@ -1,7 +1,8 @@
 """Stages as plain functions: what every executor schedules.
 
     quantize  : learner network -> versioned TFLite payload     (core.quantize)
-    rollout   : actor envs x payload -> TrajectoryBatch          (core.rollout)
+    rollout   : actor envs x payload -> TrajectoryBatch          (core.rollout; a worker's actors
+                one task a block: run_rollout_group)
     write     : several rollout results -> one replay shard      (write_shard_stage)
     commit    : shard ids -> one atomic commit-log entry         (commit_stage)
     learn     : committed replay -> K gradient steps             (learn_stage)
@@ -24,10 +25,10 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from core.policy_evaluation import run_evaluation_task
-from core.rollout import run_rollout_task
+from core.rollout import run_rollout_group, run_rollout_task
 from pipelines.run.task_stats import task_summary
 
-__all__ = ["run_rollout_task", "run_evaluation_task", "write_shard_stage", "commit_stage", "gc_stage",
+__all__ = ["run_rollout_task", "run_rollout_group", "run_evaluation_task", "write_shard_stage", "commit_stage", "gc_stage",
            "learn_stage", "shard_id_for", "actor_states", "encode_state", "state_text"]
 
 
@@ -39,6 +40,9 @@ def shard_id_for(seq: int) -> str:
 def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
                       writer_options: Dict[str, Any] | None = None) -> Dict[str, Any]:
     """Aggregate the batches of several rollout tasks into one uncommitted shard.
+
+    ``results``: rollout results, or lists of them (:func:`core.rollout.run_rollout_group`), stored in
+    the plan's order whatever order they come in (:func:`shard_order`).
 
     A retry overwrites its own uncommitted shard; nothing is visible until
     :func:`commit_stage` names it in the commit log. ``writer_options``:
@@ -57,6 +61,7 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
     """
     t0 = time.perf_counter()
     store = _worker_store(store_url, writer_options or {})
+    results = shard_order(results)
     batches = [r.batch for r in results]
     attrs = {"tasks": [b.task_id for b in batches], "actors": sorted({int(b.actor_id) for b in batches})}
     states = {str(r.batch.actor_id): encode_state(r.actor_state) for r in results
@@ -68,6 +73,13 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
             "write_s": round(time.perf_counter() - t0, 6),     # the summary's wall split (storage)
             "nbytes": int(getattr(info, "nbytes", 0)), "raw_bytes": int(sum(b.nbytes for b in batches)),
             **task_summary([r.stats for r in results if getattr(r, "stats", None) is not None])}
+
+
+def shard_order(results: Sequence[Any]) -> List[Any]:
+    """Rollout results in the shard's order (the plan's, actor-major: ``TrainingPlan.tasks``), whether
+    each item is one task's result or the list of a :func:`core.rollout.run_rollout_group`."""
+    flat = [r for item in results for r in (item if isinstance(item, list) else [item])]
+    return sorted(flat, key=lambda r: (int(r.batch.actor_id), r.batch.task_id))
 
 
 #: Shard attribute holding the actors' state documents after the block (core.rollout, ``--resume``).

@@ -67,7 +67,8 @@ def test_a_short_sweep_writes_one_record_per_n_with_its_efficiency(tmp_path):
     assert one["efficiency"] == 1.0
     assert two["efficiency"] == round(two["env_steps_per_s"] / (2 * one["env_steps_per_s"]), 4)
     for r in (one, two):
-        assert r["block_rows"] == 512 and r["tasks_per_block"] == 8 and r["env_steps"] % 512 == 0
+        assert r["block_rows"] == 512 and r["plan_tasks_per_block"] == 8 and r["env_steps"] % 512 == 0
+        assert r["rollout_tasks"] == "per-worker" and r["tasks_per_block"] == r["worker_processes"] + 1
         assert r["env_steps_per_s"] > 0 and r["driver_cpu_s_per_1k_steps"] > 0 and r["scheduler_cpu_s_per_1k_steps"] > 0
         assert 0 < r["driver_bytes_in"] < r["trajectory_bytes"]
         assert r["commit_latency_ms_p50"] <= r["commit_latency_ms_p99"]

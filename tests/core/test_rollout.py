@@ -90,3 +90,30 @@ def test_an_actor_moved_to_another_worker_continues_from_its_state_as_data(paylo
     rebuilt = run_rollout_task(spec, payload, 1, 40, explore={"epsilon": 0.5}, after=late).batch
     assert (rebuilt.episode_id[0] >> 53 == 1).all() and (stayed.episode_id >> 53 == 0).all()   # bit 21 of stream
     release_actors("test-move")
+
+
+def test_a_group_of_actors_runs_exactly_their_tasks_one_by_one(payload):
+    """run_rollout_group: several actors' tasks of a block as one task, on threads, continuing after a
+    previous group's results; every result equals the same actor's tasks run alone, in tasks' order."""
+    from core.rollout import run_rollout_group
+    specs = [ActorSpec(f"group-{mode}", "CartPole-v1", num_envs=2, seed=5, actor_id=a)
+             for mode in ("alone", "group") for a in range(3)]
+    explore = {"epsilon": 0.3}
+    alone = {}
+    for spec in specs[:3]:
+        for k in range(4):
+            alone[spec.actor_id, k] = run_rollout_task(spec, payload, k, 9, explore, capture_state=k % 2 == 1)
+    release_actors("group-alone")
+    first = run_rollout_group(payload, [(s, k, 9, explore, k == 1) for s in specs[3:] for k in (0, 1)],
+                              threads=3)
+    release_actors("group-group")    # the next group continues from the results it is handed
+    second = run_rollout_group(payload, [(s, k, 9, explore, k == 3) for s in specs[3:] for k in (2, 3)],
+                               after={a: first for a in range(3)}, threads=2)
+    for results, ks in ((first, (0, 1)), (second, (2, 3))):
+        assert [(r.stats.actor_id, r.stats.task_index) for r in results] == [(a, k) for a in range(3) for k in ks]
+        for r in results:
+            want = alone[r.stats.actor_id, r.stats.task_index]
+            np.testing.assert_array_equal(r.batch.observation, want.batch.observation)
+            np.testing.assert_array_equal(r.batch.episode_id, want.batch.episode_id)
+            assert (r.actor_state is None) == (want.actor_state is None)
+    release_actors("group-group")

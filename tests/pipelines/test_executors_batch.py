@@ -77,6 +77,8 @@ def test_dask_batch_is_one_map_per_worker_with_the_same_keys_order_and_dependenc
         for c in calls:
             assert list(placed[c.key]) == [addrs[c.actor % 2]], c.key
         assert all(m["allow_other_workers"] and m["pure"] is False for m in maps)
+        # a block's rollouts go as one task per worker: its actors, and its threads to run them on
+        assert executor.actor_groups([0, 1, 2, 3, 4]) == [([0, 2, 4], 1), ([1, 3], 1)]
         # a dependency on a call placed on another worker cannot go in that worker's map
         bad = [BatchCall(args=(0, 0), kwargs={}, key="bad-a0", actor=0),
                BatchCall(args=(1, 0), kwargs={"after": Earlier(0)}, key="bad-a1", actor=1)]

@@ -82,3 +82,14 @@ def test_write_shard_stage_keeps_one_writer_per_process_and_applies_writer_optio
     fresh = ReplayStore.open(url)
     stages.commit_stage(fresh, ["s00000000"])
     np.testing.assert_array_equal(fresh.snapshot().field("episode_id").compute(), [50] * 8 + [51] * 8)
+
+
+def test_write_shard_stage_stores_grouped_results_in_the_plans_order(tmp_path):
+    """Results of run_rollout_group come as lists, groups in any order: the shard is in (actor, task) order."""
+    def result(a, k):
+        r = _Result(_batch(2, 1, 10 * a + k))
+        r.batch.actor_id, r.batch.task_id = a, f"a{a:04d}-t{k:07d}"
+        return r
+    shuffled = [[result(2, 0), result(2, 1)], [result(0, 0), result(0, 1)], result(1, 0)]
+    assert [r.batch.task_id for r in stages.shard_order(shuffled)] == [
+        "a0000-t0000000", "a0000-t0000001", "a0001-t0000000", "a0002-t0000000", "a0002-t0000001"]

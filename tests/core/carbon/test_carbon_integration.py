@@ -122,7 +122,7 @@ def test_dask_run_records_the_cpu_of_every_stage_process(tmp_path):
     cov = carbon["coverage"]
     records, notes = stage_cpu.read_records(cov["stage_records"])
     assert notes == [] and records and all(r.pid != os.getpid() for r in records)
-    assert {"run_rollout_task", "write_shard_stage"} <= set(cov["stages_cpu_s"])
+    assert {"run_rollout_group", "write_shard_stage"} <= set(cov["stages_cpu_s"])   # a block's actors: one task a worker
     assert all(v > 0 for v in cov["stages_cpu_s"].values())
     for r in records:   # LocalCluster workers are this host's: the ledger measured them, listed once
         assert carbon["cpu_seconds"][r.label] == pytest.approx(r.covered_s)
