@@ -39,11 +39,8 @@ scheduler. This study makes the actors cost (almost) no CPU, so that a
   same actor buys nothing within a block (the block's shard waits for all of
   them, and they all act with the block's policy version), so few actors are
   best served by few, long tasks (README, "Running on a cluster");
-* **Dask tasks**: the plan's actor tasks of a block run as one Dask task
-  per worker process (``core.rollout.run_rollout_group``: the actors pinned
-  there, on its threads), plus the block's shard write: ``min(N,
-  --max-processes) + 1`` tasks a block. ``--rollout-tasks per-actor`` gives
-  each actor a task of its own (the product before), for the before/after.
+* **Dask tasks**: a block's rollouts are one Dask task per worker process (``run_rollout_group``),
+  plus its shard write; ``--rollout-tasks per-actor``: one per actor (the product before).
 
 For each N it measures, over the run's steady state (from the commit of
 block ``--warmup-blocks`` to the last): env steps/s; efficiency = steps/s /
@@ -51,10 +48,9 @@ block ``--warmup-blocks`` to the last): env steps/s; efficiency = steps/s /
 1,000 env steps (psutil, their processes' user + system time); the workers'
 CPU in cores and as a share of this machine; bytes the driver received
 against trajectory bytes; commit latency (the driver's time for one
-commit, p50/p99); the policy lag the committed tasks saw. It projects, from
-the central cost per env step, the env steps/s one driver core and one
-scheduler core sustain, names the first to saturate, plots and writes
-``benchmarks/results/cluster-scale.json``.
+commit, p50/p99); the policy lag the committed tasks saw. It projects, from the central cost per env
+step, the env steps/s one driver core and one scheduler core sustain, names the first to saturate,
+plots and writes ``benchmarks/results/cluster-scale.json``.
 
 Example::
 
@@ -132,13 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "benchmarks/results/cluster-scale.png; '' = none)")
     p.add_argument("--policy-lag", type=int, default=1,
                    help="actors.policy_lag: blocks that run ahead of the learner (default 1, the product's)")
-    p.add_argument("--one-by-one", action="store_true",
-                   help="submit a block's rollout tasks one client.submit each, not one client.map per worker")
     p.add_argument("--rollout-tasks", choices=("per-worker", "per-actor"), default="per-worker",
-                   help="per-worker: a block's rollouts are one Dask task per worker process, running the "
-                        "actors pinned there on its threads (core.rollout.run_rollout_group; the product's); "
-                        "per-actor: one task per actor per block (the product before: the before/after of "
-                        "the fix at N > --max-processes)")
+                   help="per-worker: a block's rollouts are one Dask task per worker process, running its "
+                        "actors on its threads (the product's); per-actor: one task per actor per block (before)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar per run")
     return p
 
@@ -238,8 +230,6 @@ def measure(args, n: int, root: str) -> Dict[str, Any]:
                           learner_resources=learner_resources) as cluster, \
             dask.config.set(QUIET_CLUSTER):     # the client's side of the cluster's settings
         executor = DaskExecutor(address=cluster.address, retries=cfg.dask.task_retries)
-        if args.one_by_one:      # common.submit_batch falls back to one submit per call
-            executor.submit_batch = None
         if args.rollout_tasks == "per-actor":     # BlockTasks then makes a group of each actor
             executor.actor_groups = None
         try:
@@ -392,7 +382,6 @@ def main(argv: Optional[List[str]] = None) -> int:
               "git_commit": commit, "git_dirty": dirty, "machine": machine,
               "machine_load_end": os.getloadavg(), "env_id": env_id(args), "learner": args.learner,
               "learner_host": args.learner_host, "policy_lag": args.policy_lag,
-              "submits": "one by one" if args.one_by_one else "batched (one client.map per worker)",
               "rollout_tasks": args.rollout_tasks,
               "learn_us_per_step": args.learn_us_per_step if args.learner == "simulated" else None,
               "records": records, "projection": proj}

@@ -41,8 +41,8 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
                       writer_options: Dict[str, Any] | None = None) -> Dict[str, Any]:
     """Aggregate the batches of several rollout tasks into one uncommitted shard.
 
-    ``results``: rollout results, or lists of them (:func:`core.rollout.run_rollout_group`), stored in
-    the plan's order whatever order they come in (:func:`shard_order`).
+    ``results``: rollout results, stored in their order, or lists of them
+    (:func:`core.rollout.run_rollout_group`), stored in the plan's order (:func:`shard_order`).
 
     A retry overwrites its own uncommitted shard; nothing is visible until
     :func:`commit_stage` names it in the commit log. ``writer_options``:
@@ -76,8 +76,10 @@ def write_shard_stage(store_url: str, shard_id: str, results: Sequence[Any],
 
 
 def shard_order(results: Sequence[Any]) -> List[Any]:
-    """Rollout results in the shard's order (the plan's, actor-major: ``TrainingPlan.tasks``), whether
-    each item is one task's result or the list of a :func:`core.rollout.run_rollout_group`."""
+    """``results`` as they come, or, where any item is the list of a :func:`core.rollout.run_rollout_group`
+    (groups come worker by worker), flattened into the plan's order (actor-major: ``TrainingPlan.tasks``)."""
+    if not any(isinstance(item, list) for item in results):
+        return list(results)
     flat = [r for item in results for r in (item if isinstance(item, list) else [item])]
     return sorted(flat, key=lambda r: (int(r.batch.actor_id), r.batch.task_id))
 

@@ -93,3 +93,6 @@ def test_write_shard_stage_stores_grouped_results_in_the_plans_order(tmp_path):
     shuffled = [[result(2, 0), result(2, 1)], [result(0, 0), result(0, 1)], result(1, 0)]
     assert [r.batch.task_id for r in stages.shard_order(shuffled)] == [
         "a0000-t0000000", "a0000-t0000001", "a0001-t0000000", "a0002-t0000000", "a0002-t0000001"]
+    # single results stay in the order given (a dataset collection writes them as they finish)
+    single = [result(1, 0), result(0, 0)]
+    assert stages.shard_order(single) == single
