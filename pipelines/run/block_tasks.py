@@ -107,8 +107,8 @@ class BlockTasks:
 
     def _resubmit_unit(self, f: Flight, block: int, i: int, retry: int):
         """Rollout task ``i`` of the block again (its group: ``f.rollout_tasks[block][i]``)."""
-        unit = f.rollout_tasks[block][i]      # its worker may be another now: a thread per actor
-        call = self._group_call(f, block, unit, len({a for a, _ in unit}), retry=retry)
+        # its worker may be another now, of unknown threads: its actors run one after another
+        call = self._group_call(f, block, f.rollout_tasks[block][i], 1, retry=retry)
         return self.executor.submit(stages.run_rollout_group, *call.args, key=call.key, actor=call.actor,
                                     **call.kwargs)
 
