@@ -86,3 +86,55 @@ def test_dask_batch_is_one_map_per_worker_with_the_same_keys_order_and_dependenc
             submit_batch(executor, chain, bad)
     finally:
         executor.close()
+
+
+def test_a_blocks_rollouts_are_one_task_per_group_of_actors_each_after_their_previous_group():
+    """BlockTasks asks the executor how actors share workers (actor_groups) and submits one
+    run_rollout_group per group: the group's plan tasks in order, its worker's threads, each actor after
+    the task that last ran it; where the executor has no groups, one task per actor."""
+    import types
+    from core.agents.registry import get_builder
+    from core.config import load_config
+    from pipelines.run import stages
+    from pipelines.run.block_tasks import BlockTasks
+    from pipelines.run.flight import LoopState
+    from pipelines.run.plan import TrainingPlan
+
+    class Recording:
+        def __init__(self, groups):
+            self.groups, self.batches = groups, []
+            if groups is None:
+                self.actor_groups = None
+
+        def actor_groups(self, actors):
+            return self.groups
+
+        def submit_batch(self, fn, calls):
+            self.batches.append((fn, calls))
+            return [f"future-{c.key}" for c in calls]
+
+    cfg = load_config(overrides=["actors.num_actors=4", "actors.steps_per_task=16", "replay.shard_max_rows=1024"])
+    for groups, units, threads in (
+            ([([0, 2], 2), ([1, 3], 2)], [[(0, 0), (0, 1), (2, 0), (2, 1)], [(1, 0), (1, 1), (3, 0), (3, 1)]], [2, 2]),
+            (None, [[(a, 0), (a, 1)] for a in range(4)], [1] * 4)):
+        trainer = BlockTasks()      # the trainer's state its rollout steps read
+        trainer.__dict__.update(executor=Recording(groups), run_id="r", cfg=cfg, builder=get_builder("dqn"),
+                                actor_specs=[f"spec{a}" for a in range(4)], loop=LoopState(next_task=[0] * 4))
+        f = types.SimpleNamespace(plan=TrainingPlan.from_config(cfg), block_ref={0: ("payload", 1), 1: ("payload", 2)},
+                                  last_task={}, rollout_tasks={})
+        assert f.plan.tasks_per_block == 2
+        first, second = trainer._submit_block_rollouts(f, 0), trainer._submit_block_rollouts(f, 1)
+        assert f.rollout_tasks[0] == units
+        assert f.rollout_tasks[1] == [[(a, k + 2) for a, k in unit] for unit in units]
+        assert trainer.loop.next_task == [4] * 4
+        (fn, calls0), (_, calls1) = trainer.executor.batches
+        assert fn is stages.run_rollout_group
+        for unit, n, call, later, fut in zip(units, threads, calls0, calls1, first):
+            actors = sorted({a for a, _ in unit})
+            assert call.key == f"rollout-r-b0-a{actors[0]}" and call.actor == actors[0]
+            assert call.args[0] == "payload" and [(s, k) for s, k, *_ in call.args[1]] == [
+                (f"spec{a}", k) for a, k in unit]
+            assert [capture for *_, capture in call.args[1]] == [k % 2 == 1 for _, k in unit]
+            assert call.kwargs == {"after": {}, "threads": n}
+            assert later.kwargs["after"] == {a: fut for a in actors}     # each actor after its last group
+        assert f.last_task == {a: fut for unit, fut in zip(units, second) for a, _ in unit}
