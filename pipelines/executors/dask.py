@@ -197,36 +197,20 @@ class DaskExecutor:
         Measured (2026-12-04, 2-core Zen 5): ``client.submit`` costs this process ~350 us of CPU per task,
         ``client.map`` ~5-12 us (the scheduler builds the tasks): a block's 64 rollouts cost the driver
         ~22 ms one by one. Calls pinned to one worker go in one map, with the same keys, retries and
-        pinning as :meth:`submit`; an :class:`~pipelines.executors.common.Earlier` argument (an actor's
-        previous task in the batch) becomes a future of that key, a dependency inside the same map.
+        pinning as :meth:`submit`.
         """
-        from distributed import Future
-        from pipelines.executors.common import resolve_earlier
-        keys = [c.key for c in calls]
         placed = [self._placement_of(c.actor) for c in calls]
         if self.task_wrapper is not None:
             fn = self.task_wrapper(fn)
         groups: Dict[Any, List[int]] = {}
         for i, workers in enumerate(placed):
             groups.setdefault(tuple(workers or ()), []).append(i)
-        referenced = set()
-        for idx in groups.values():        # every group checked before any is submitted
-            own = set(idx)
-            for i in idx:
-                for ref in _earlier_indices(calls[i]):
-                    if ref not in own:
-                        raise ValueError(f"submit_batch: call {i} takes call {ref}'s future, placed elsewhere")
-                    referenced.add(ref)
-        # What Earlier(i) stands for, made only where one is passed: each Future is a client reference
-        # that costs a release later (~50 us of this process's CPU), and with one task per actor per block
-        # none is passed.
-        refs = {i: Future(keys[i], self.client) for i in referenced}
         out: List[Any] = [None] * len(calls)
         for workers, idx in groups.items():
-            futures = self.client.map(_apply, [fn] * len(idx), [resolve_earlier(calls[i].args, refs) for i in idx],
-                                      [resolve_earlier(calls[i].kwargs, refs) for i in idx],
-                                      key=[keys[i] for i in idx], workers=list(workers) or None,
-                                      allow_other_workers=bool(workers), retries=self.retries, pure=False)
+            futures = self.client.map(_apply, [fn] * len(idx), [calls[i].args for i in idx],
+                                      [calls[i].kwargs for i in idx], key=[calls[i].key for i in idx],
+                                      workers=list(workers) or None, allow_other_workers=bool(workers),
+                                      retries=self.retries, pure=False)
             for i, fut in zip(idx, futures):
                 out[i] = fut
         return out
@@ -288,18 +272,17 @@ class DaskExecutor:
         rollouts go as one task per group (:func:`core.rollout.run_rollout_group`), since the scheduler's
         and this client's costs are per task (~0.45 ms of driver CPU each; README, Running on a cluster).
         """
-        addrs = self._worker_addresses()
-        if not addrs:
-            return [([a], 1) for a in actors]
         groups: Dict[str, List[int]] = {}
         for a in actors:
-            groups.setdefault(addrs[a % len(addrs)], []).append(a)
+            workers = self._placement_of(a)
+            if not workers:        # no worker yet: one task per actor, placed when one joins
+                return [([a], 1) for a in actors]
+            groups.setdefault(workers[0], []).append(a)
         return [(group, self._threads.get(addr, 1)) for addr, group in groups.items()]
 
     def placement(self, num_actors: int) -> Dict[int, str]:
         """The worker each actor is pinned to (it may move if that worker dies)."""
-        addrs = self._worker_addresses()
-        return {a: addrs[a % len(addrs)] if addrs else "any" for a in range(num_actors)}
+        return {a: (self._placement_of(a) or ["any"])[0] for a in range(num_actors)}
 
     def workers(self) -> Dict[str, Dict[str, Any]]:
         return self.client.scheduler_info(n_workers=-1)["workers"]
@@ -347,23 +330,6 @@ class DaskExecutor:
 def _apply(fn: Callable, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
     """``fn(*args, **kwargs)`` on a worker: one item of :meth:`DaskExecutor.submit_batch`'s maps."""
     return fn(*args, **kwargs)
-
-
-def _earlier_indices(call) -> List[int]:
-    from pipelines.executors.common import Earlier
-    found: List[int] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, Earlier):
-            found.append(v.index)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-    walk((call.args, call.kwargs))
-    return found
 
 
 def _silence_distributed_logs() -> None:

@@ -1,12 +1,12 @@
-"""submit_batch: many calls of one stage at once, same keys, order and dependencies as one submit each.
+"""submit_batch: many calls of one stage at once, with the same keys, order and placement as one submit each.
 
 On Dask a batch is one ``client.map`` per worker (``DaskExecutor.submit_batch``); elsewhere it is one
-``submit`` per call. An :class:`~pipelines.executors.common.Earlier` argument is the future of an
-earlier call of the batch: the call runs after it and receives its result.
+``submit`` per call. A call may take futures of an earlier batch (an actor's previous rollouts, as
+``BlockTasks`` chains blocks): it runs after them and receives their results.
 """
 import pytest
 
-from pipelines.executors.common import BatchCall, Earlier, resolve_earlier, submit_batch
+from pipelines.executors.common import BatchCall, submit_batch
 
 
 def chain(actor, task, after=None, tag=None):
@@ -14,33 +14,23 @@ def chain(actor, task, after=None, tag=None):
     return {"actor": actor, "task": task, "after": after, "tag": tag}
 
 
-def _calls(actors=3, tasks=3):
-    """Each actor's tasks in order, each after its previous one (as BlockTasks submits a block's rollouts)."""
-    calls, last = [], {}
-    for k in range(tasks):
-        for a in range(actors):
-            calls.append(BatchCall(args=(a, k), kwargs={"after": last.get(a), "tag": [k, {"a": a}]},
-                                   key=f"rollout-x-a{a}-t{k}", actor=a))
-            last[a] = Earlier(len(calls) - 1)
-    return calls
+def _batch(task, actors=3, after=None):
+    """One batch: each actor's call of ``task``, after its call in the batch before (``after``: futures)."""
+    return [BatchCall(args=(a, task), kwargs={"after": None if after is None else after[a], "tag": [task, {"a": a}]},
+                      key=f"rollout-x-a{a}-t{task}", actor=a) for a in range(actors)]
 
 
-def _expected(calls):
-    out = []
-    for c in calls:
-        prev = c.kwargs["after"]
-        out.append({"actor": c.args[0], "task": c.args[1], "after": None if prev is None else out[prev.index],
-                    "tag": c.kwargs["tag"]})
+def _expected(batches):
+    out, last = [], {}
+    for calls in batches:
+        for c in calls:
+            a = c.args[0]
+            last[a] = {"actor": a, "task": c.args[1], "after": last.get(a), "tag": c.kwargs["tag"]}
+            out.append(last[a])
     return out
 
 
-def test_resolve_earlier_replaces_references_at_any_depth():
-    futures = ["f0", "f1", "f2"]
-    value = (Earlier(2), [Earlier(0), 5], {"x": Earlier(1), "y": (Earlier(0),)}, "plain")
-    assert resolve_earlier(value, futures) == ("f2", ["f0", 5], {"x": "f1", "y": ("f0",)}, "plain")
-
-
-def test_without_a_batch_method_each_call_is_one_submit_in_order_with_its_dependency():
+def test_without_a_batch_method_each_call_is_one_submit_in_order():
     from pipelines.executors.local import LocalExecutor
     seen = []
 
@@ -48,18 +38,19 @@ def test_without_a_batch_method_each_call_is_one_submit_in_order_with_its_depend
         def submit(self, fn, *args, key=None, actor=None, **kwargs):
             seen.append((key, actor))
             after = kwargs.get("after")
-            if after is not None:        # the earlier call's future, already resolved locally
+            if after is not None:        # the earlier batch's future, already resolved locally
                 kwargs["after"] = after.result()
             return super().submit(fn, *args, key=key, actor=actor, **kwargs)
 
-    calls = _calls()
-    futures = submit_batch(Recording(), chain, calls)
-    assert seen == [(c.key, c.actor) for c in calls]
-    assert [f.result() for f in futures] == _expected(calls)
+    executor = Recording()
+    first = submit_batch(executor, chain, _batch(0))
+    second = submit_batch(executor, chain, _batch(1, after=first))
+    assert seen == [(c.key, c.actor) for c in _batch(0) + _batch(1)]
+    assert [f.result() for f in first + second] == _expected([_batch(0), _batch(1)])
 
 
 @pytest.mark.slow
-def test_dask_batch_is_one_map_per_worker_with_the_same_keys_order_and_dependencies():
+def test_dask_batch_is_one_map_per_worker_with_the_same_keys_order_placement_and_dependencies():
     from pipelines.executors.dask import DaskExecutor
     executor = DaskExecutor(n_workers=2)
     try:
@@ -67,23 +58,21 @@ def test_dask_batch_is_one_map_per_worker_with_the_same_keys_order_and_dependenc
         real_submit, real_map = executor.client.submit, executor.client.map
         executor.client.submit = lambda *a, **k: submits.append(k) or real_submit(*a, **k)
         executor.client.map = lambda *a, **k: maps.append(k) or real_map(*a, **k)
-        calls = _calls(actors=3, tasks=3)
-        futures = submit_batch(executor, chain, calls)
+        first = submit_batch(executor, chain, _batch(0))
+        second = submit_batch(executor, chain, _batch(1, after=first))
+        futures, calls = first + second, _batch(0) + _batch(1)
         assert [f.key for f in futures] == [c.key for c in calls]
-        assert [f.result(timeout=60) for f in futures] == _expected(calls)
-        assert submits == [] and len(maps) == 2                      # actors 0, 2 -> worker 0; actor 1 -> worker 1
+        assert [f.result(timeout=60) for f in futures] == _expected([_batch(0), _batch(1)])
+        assert submits == [] and len(maps) == 4                      # actors 0, 2 -> worker 0; actor 1 -> worker 1
         addrs = executor._worker_addresses()
         placed = {c.key: executor.client.who_has([f])[f.key] for c, f in zip(calls, futures)}
         for c in calls:
             assert list(placed[c.key]) == [addrs[c.actor % 2]], c.key
         assert all(m["allow_other_workers"] and m["pure"] is False for m in maps)
-        # a block's rollouts go as one task per worker: its actors, and its threads to run them on
+        # a block's rollouts go as one task per worker: its actors, and its threads to run them on,
+        # grouped by the same pinning as placement()
         assert executor.actor_groups([0, 1, 2, 3, 4]) == [([0, 2, 4], 1), ([1, 3], 1)]
-        # a dependency on a call placed on another worker cannot go in that worker's map
-        bad = [BatchCall(args=(0, 0), kwargs={}, key="bad-a0", actor=0),
-               BatchCall(args=(1, 0), kwargs={"after": Earlier(0)}, key="bad-a1", actor=1)]
-        with pytest.raises(ValueError, match="call 1 takes call 0's future, placed elsewhere"):
-            submit_batch(executor, chain, bad)
+        assert executor.placement(3) == {0: addrs[0], 1: addrs[1], 2: addrs[0]}
     finally:
         executor.close()
 
