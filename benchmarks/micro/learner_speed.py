@@ -16,7 +16,16 @@ hits every path alike. TensorFlow fixes its thread pools at its first op, so
 each ``--threads`` value runs in a process of its own. The first call of a
 path (tracing, and compiling with XLA) is reported apart, as ``first_s``.
 The machine line says whether the CPU has ``avx512_bf16``/``amx_bf16``: without
-them oneDNN's bf16 matmuls are emulated and slower, so bf16 is no lever.
+them oneDNN's bf16 matmuls are emulated and slower, so bf16 is no lever. With
+them, ``--precision fp32,bf16`` also runs every path with TensorFlow's oneDNN
+auto mixed precision (``auto_mixed_precision_onednn_bfloat16``: the graph's
+matmuls in bf16, variables and Adam in fp32), in a process of its own.
+
+The roof table puts each network's step beside this core's matmul speed at the
+same precision and threads (:mod:`benchmarks.micro.learner_roof`): the step's
+matmul FLOPs over the measured ``[B, h] x [h, h]`` rate is the fastest a step
+could be if nothing but its matmuls cost time, so ``keras / roof`` is the
+ceiling on any learner speed-up at that precision.
 
 Example::
 
@@ -24,6 +33,7 @@ Example::
     python benchmarks/micro/learner_speed.py --threads 1,2 --rounds 5 --json benchmarks/results/learner-speed.json
     python benchmarks/micro/learner_speed.py --networks default --paths keras,fused --seconds 2
     python benchmarks/micro/learner_speed.py --networks default --paths fused,fused+xla --hidden 8,8   # dispatch alone
+    python benchmarks/micro/learner_speed.py --paths keras,fused --precision fp32,bf16   # bf16 hardware only
 """
 from __future__ import annotations
 
@@ -43,6 +53,7 @@ NETWORKS = {"default": "configs/default.yaml", "actorq": "configs/actorq/cartpol
 PATHS = {"keras": {"fused_adam": False, "jit_compile": False}, "fused": {"fused_adam": True, "jit_compile": False},
          "xla": {"fused_adam": False, "jit_compile": True}, "fused+xla": {"fused_adam": True, "jit_compile": True}}
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+PRECISIONS = ("fp32", "bf16")
 
 
 def cpu_flags() -> List[str]:
@@ -83,6 +94,9 @@ def worker(args) -> Dict:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.experimental.enable_op_determinism()     # as the learner stage runs it
+    if args.precision == "bf16":      # oneDNN's graph rewrite: matmuls in bf16, variables and Adam in fp32
+        tf.config.optimizer.set_experimental_options({"auto_mixed_precision_onednn_bfloat16": True})
+    from benchmarks.micro.learner_roof import dqn_step_flops, matmul_gflops
     from core.agents.dqn.learning import DQNLearner
     from core.config import load_config
     from core.envs import env_spec
@@ -103,22 +117,47 @@ def worker(args) -> Dict:
         for _ in range(args.rounds):
             for p in args.paths:
                 rows[p]["steps_per_s"].append(time_path(learners[p], batches, args.seconds))
-        out[net] = {"hidden": list(cfg.agent.hidden), "batch": cfg.agent.batch_size, "k": k, "paths": rows}
+        roof = {"step_mflop": dqn_step_flops(spec.obs_dim, cfg.agent.hidden, spec.num_actions,
+                                             cfg.agent.batch_size) / 1e6,
+                "matmul_gflops": matmul_gflops(cfg.agent.batch_size, max(cfg.agent.hidden),
+                                               "bfloat16" if args.precision == "bf16" else "float32")}
+        out[net] = {"hidden": list(cfg.agent.hidden), "batch": cfg.agent.batch_size, "k": k, "paths": rows,
+                    "roof": roof}
     return out
 
 
 def table(results: Dict, base: str) -> str:
-    """A markdown table: network, threads, path, median steps/s, ms/step, ratio to ``base`` at 1 thread."""
-    lines = ["| network | threads | path | median steps/s | ms/step | vs old | first call s |", "|---|---|---|---|---|---|---|"]
-    for threads, nets in results.items():
+    """A markdown table: network, threads and precision, path, median steps/s, ms/step, ratio to ``base`` in the
+    first process (the fewest threads, fp32)."""
+    lines = ["| network | threads, precision | path | median steps/s | ms/step | vs old | first call s |",
+             "|---|---|---|---|---|---|---|"]
+    first = next(iter(results))
+    for run, nets in results.items():
         for net, r in nets.items():
-            ref = statistics.median(results[min(results)][net]["paths"][base]["steps_per_s"]) \
-                if base in results[min(results)][net]["paths"] else None
+            ref = statistics.median(results[first][net]["paths"][base]["steps_per_s"]) \
+                if base in results[first][net]["paths"] else None
             for p, row in r["paths"].items():
                 med = statistics.median(row["steps_per_s"])
                 ratio = f"{med / ref:.2f}x" if ref else "-"
-                lines.append(f"| {net} {r['hidden']} b{r['batch']} K{r['k']} | {threads} | {p} | {med:,.1f} | "
+                lines.append(f"| {net} {r['hidden']} b{r['batch']} K{r['k']} | {run} | {p} | {med:,.1f} | "
                              f"{1000 / med:.2f} | {ratio} | {row['first_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def roof_table(results: Dict, base: str) -> str:
+    """Each network's step against this core's matmul speed (module docstring): the ceiling on a speed-up."""
+    lines = ["| network | threads, precision | step matmul MFLOP | matmul GFLOP/s | roof ms/step | fastest path ms/step "
+             "(share of roof) | ceiling vs old |", "|---|---|---|---|---|---|---|"]
+    first = next(iter(results))
+    for run, nets in results.items():
+        for net, r in nets.items():
+            roof_ms = r["roof"]["step_mflop"] / r["roof"]["matmul_gflops"]
+            fastest = min(1000 / statistics.median(row["steps_per_s"]) for row in r["paths"].values())
+            old = results[first][net]["paths"].get(base)
+            ceiling = f"{1000 / statistics.median(old['steps_per_s']) / roof_ms:.2f}x" if old else "-"
+            lines.append(f"| {net} {r['hidden']} b{r['batch']} | {run} | {r['roof']['step_mflop']:.1f} | "
+                         f"{r['roof']['matmul_gflops']:.1f} | {roof_ms:.3f} | {fastest:.3f} ({roof_ms / fastest:.0%}) | "
+                         f"{ceiling} |")
     return "\n".join(lines)
 
 
@@ -129,6 +168,8 @@ def main(argv: List[str] | None = None) -> int:
     p.add_argument("--networks", default="default,actorq", help=f"comma list of {', '.join(NETWORKS)}")
     p.add_argument("--paths", default="keras,fused,xla,fused+xla", help=f"comma list of {', '.join(PATHS)}")
     p.add_argument("--threads", default="1", help="comma list of TF intra-op thread counts (default 1)")
+    p.add_argument("--precision", default="fp32",
+                   help="comma list of fp32, bf16 (oneDNN auto mixed precision; CPUs with avx512_bf16/amx_bf16 only)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     p.add_argument("--seconds", type=float, default=3.0, help="seconds per path per round (default 3)")
     p.add_argument("--k", type=int, default=0, help="steps per call (default: steps_per_call; 2 for actorq)")
@@ -138,9 +179,11 @@ def main(argv: List[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.networks, args.paths = args.networks.split(","), args.paths.split(",")
     bad = [n for n in args.networks if n not in NETWORKS] + [x for x in args.paths if x not in PATHS] + \
+        [x for x in args.precision.split(",") if x not in PRECISIONS] + \
         [h for h in args.hidden.split(",") if args.hidden and not (h.isdigit() and int(h) >= 1)]
     if bad or args.rounds < 1 or args.seconds <= 0 or args.k < 0:
         p.error(f"invalid {bad or 'number'}; valid: networks {', '.join(NETWORKS)}; paths {', '.join(PATHS)}; "
+                f"precisions {', '.join(PRECISIONS)}; "
                 "--rounds >= 1, --seconds > 0, --k >= 0, --hidden widths >= 1")
     if args.worker:
         args.threads = int(args.threads)
@@ -148,16 +191,22 @@ def main(argv: List[str] | None = None) -> int:
         return 0
     threads = [int(t) for t in args.threads.split(",")]
     machine = {**machine_info(), "cpu_flags": cpu_flags()}
+    precisions = args.precision.split(",")
+    if "bf16" in precisions and not any(f in BF16_FLAGS for f in machine["cpu_flags"]):
+        p.error("--precision bf16 needs a CPU with avx512_bf16 or amx_bf16 (oneDNN emulates bf16 elsewhere); "
+                "this one has neither")
     results = {}
-    for n in threads:
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(n), "--networks",
+    for n, precision in [(n, x) for n in threads for x in precisions]:
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--threads", str(n), "--precision", precision,
+               "--networks",
                ",".join(args.networks), "--paths", ",".join(args.paths), "--rounds", str(args.rounds),
                "--seconds", str(args.seconds), "--k", str(args.k), "--hidden", args.hidden]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         if proc.returncode != 0:
-            raise SystemExit(f"error: the {n}-thread worker failed: {proc.stderr.strip().splitlines()[-1:]}")
-        results[n] = json.loads(proc.stdout.strip().splitlines()[-1])
+            raise SystemExit(f"error: the {n}-thread {precision} worker failed: "
+                             f"{proc.stderr.strip().splitlines()[-1:]}")
+        results[f"{n}, {precision}"] = json.loads(proc.stdout.strip().splitlines()[-1])
     machine["loadavg_after"] = os.getloadavg()
     commit, dirty = git_state()
     bf16 = [f for f in machine["cpu_flags"] if f in BF16_FLAGS]
@@ -165,6 +214,7 @@ def main(argv: List[str] | None = None) -> int:
           f"load {machine['loadavg'][0]:.1f} -> {machine['loadavg_after'][0]:.1f}; bf16 hardware: "
           f"{', '.join(bf16) if bf16 else 'none (no avx512_bf16/amx_bf16: bf16 not measured)'}")
     print(table(results, base="keras"))
+    print(roof_table(results, base="keras"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv),
