@@ -1,44 +1,29 @@
 """How many actors one driver feeds: the central costs of a training run, measured to 64 simulated actors.
 
-This is issue 30's ``benchmarks/cluster_scale.py`` (benchmarks live in ``studies/`` and ``micro/``).
-On a real cluster every worker has its own cores; what stays central is the
-driver (planning, submitting, committing, publishing versions) and the Dask
-scheduler. This study makes the actors cost (almost) no CPU, so that a
-2-core machine shows those central costs at N = 1 .. 64 actors:
+Issue 30's ``benchmarks/cluster_scale.py``. On a real cluster every worker has its own cores; what stays
+central is the driver (planning, submitting, committing, publishing versions) and the Dask scheduler.
+This study makes the actors cost (almost) no CPU, so that a 2-core machine shows those costs to N = 64:
 
 * **the env waits**: ``waiting:<obs>-<step>us`` (:mod:`core.envs.waiting`), a
   real gymnasium env whose step sleeps. Actors, LiteRT int8 policies, shard
   writes, commits, policy versions and the plan are all the product's own
   (``pipelines.run.driver.Trainer`` on a Dask cluster);
-* **the learner** is the real one (``--learner real``) or a stand-in
-  (``--learner simulated``, the default) that waits ``--learn-us-per-step``
-  per planned learner step, as a learner on its own accelerator would, and
-  makes real policy versions of its (untrained) network on the plan's
-  schedule. It runs where ``--learner-host`` says: ``worker`` (default), a
-  Dask actor on one more worker process started with ``--resources GPU=1``
-  (the product's ``learner.resources`` placement), so that the driver's CPU
-  is orchestration only and the learner's is reported apart; or ``driver``,
-  in the driver process (the product's default placement on one machine;
-  the simulated learner then runs on a thread of its own);
-* **the cluster** is a ``dask scheduler`` process and ``dask worker``
-  processes on 127.0.0.1, the way a cluster is started (a LocalCluster would
-  run the scheduler inside the driver's process and mix their CPU). N actors
-  run on ``min(N, --max-processes)`` worker processes with enough threads for
-  one actor each: a waiting env holds no GIL, so threads scale like processes
-  here, and 64 processes would take ~64 x 180 MB of memory (the record gives
-  the workers' RSS); the scheduler, the workers and the driver's client run
-  with :data:`pipelines.executors.dask_config.QUIET_CLUSTER` (no work
-  stealing, no profiler, a 1 s event-loop tick), as README's "Running on a
-  cluster" starts a cluster;
+* **the learner** is the real one (``--learner real``) or a stand-in (``--learner simulated``, the
+  default) that waits ``--learn-us-per-step`` per planned learner step, as a learner on its own
+  accelerator would, and publishes real policy versions of its (untrained) network on the plan's
+  schedule; on one more worker started with ``--resources GPU=1`` (``--learner-host worker``, the
+  product's ``learner.resources`` placement: the driver's CPU is orchestration only) or on a thread of
+  the driver (``--learner-host driver``, the product's one-machine default);
+* **the cluster** is a ``dask scheduler`` process and ``dask worker`` processes on 127.0.0.1, the way a
+  cluster is started (a LocalCluster would mix the scheduler's CPU into the driver's). N actors run on
+  ``min(N, --max-processes)`` worker processes with a thread each: a waiting env holds no GIL, so threads
+  scale like processes here (64 processes would take ~64 x 180 MB; the record gives the workers' RSS);
+  all of them run with :data:`pipelines.executors.dask_config.QUIET_CLUSTER` (no work stealing, no
+  profiler, a 1 s event-loop tick), as README's "Running on a cluster" starts a cluster;
 * **blocks** hold ``--block-rows`` rows (4,096 by default: the issue's bound)
   at every N; a task is ``--num-envs`` x ``--steps-per-task`` rows (8 x 8),
-  so a block is 64 tasks however they are spread over actors. With
-  ``--steps-per-task auto`` every actor runs one task per block instead
-  (``block-rows / (N x num-envs)`` vector steps: 512 at N = 1, 8 at N = 64):
-  the scheduler's cost is per task, and a task's chained successor on the
-  same actor buys nothing within a block (the block's shard waits for all of
-  them, and they all act with the block's policy version), so few actors are
-  best served by few, long tasks (README, "Running on a cluster");
+  so a block is 64 tasks however they are spread over actors (``--steps-per-task
+  auto``: one task per actor per block);
 * **Dask tasks**: a block's rollouts are one Dask task per worker process (``run_rollout_group``),
   plus its shard write; ``--rollout-tasks per-actor``: one per actor (the product before).
 
@@ -50,7 +35,8 @@ CPU in cores and as a share of this machine; bytes the driver received
 against trajectory bytes; commit latency (the driver's time for one
 commit, p50/p99); the policy lag the committed tasks saw. It projects, from the central cost per env
 step, the env steps/s one driver core and one scheduler core sustain, names the first to saturate,
-plots and writes ``benchmarks/results/cluster-scale.json``.
+plots and writes ``benchmarks/results/cluster-scale.json``. First it measures an idle cluster's CPU
+(``--idle-seconds``): the floor of the central cost per second, which a slow run pays per env step.
 
 Example::
 
@@ -78,7 +64,8 @@ if REPO not in sys.path:   # run as a script or imported by tests: this checkout
 
 from benchmarks.common import git_state, machine_info  # noqa: E402
 from benchmarks.studies.cluster_scale_parts import (  # noqa: E402
-    ClusterProcesses, ScaleTrainer, SimulatedLearnerStage, ThreadedStage, percentile)
+    ClusterProcesses, ScaleTrainer, SimulatedLearnerStage, ThreadedStage, idle_floor, percentile)
+from pipelines.executors.common import thread_env  # noqa: E402
 
 DEFAULT_WORKERS = (1, 2, 4, 8, 16, 32, 64)
 LEARNER_RESOURCES = {"GPU": 1}     # what the learner's worker advertises (--learner-host worker)
@@ -121,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-processes", type=int, default=8,
                    help="most worker processes; more actors share them as threads (default 8)")
     p.add_argument("--quick", action="store_true", help="N = 1 2 4, 4 s each: a short check, not a result")
+    p.add_argument("--idle-seconds", type=float, default=10.0,
+                   help="first measure an idle cluster's CPU this long, the central cost's floor (0: skip)")
     p.add_argument("--out", default=os.path.join(RESULTS, "cluster-scale.json"),
                    help="JSON record (default benchmarks/results/cluster-scale.json; '' = none)")
     p.add_argument("--plot", default=os.path.join(RESULTS, "cluster-scale.png"),
@@ -161,8 +150,9 @@ def check_args(args) -> None:
     for name in ("step_us", "block_rows", "num_envs", "max_processes"):
         if getattr(args, name) < 1:
             bad.append((f"--{name.replace('_', '-')} {getattr(args, name)}", ">= 1"))
-    if args.seconds <= 0 or args.learn_us_per_step < 0 or args.warmup_blocks < 1:
-        bad.append(("--seconds/--learn-us-per-step/--warmup-blocks", "seconds > 0, learn >= 0, warm-up >= 1"))
+    if args.seconds <= 0 or args.learn_us_per_step < 0 or args.warmup_blocks < 1 or args.idle_seconds < 0:
+        bad.append(("--seconds/--learn-us-per-step/--warmup-blocks/--idle-seconds",
+                    "seconds > 0, learn >= 0, warm-up >= 1, idle >= 0"))
     try:
         parse_env_id(env_id(args))
     except EnvError as e:
@@ -217,7 +207,6 @@ def planned_steps(args, n: int) -> int:
 def measure(args, n: int, root: str) -> Dict[str, Any]:
     """One run at N actors on a fresh cluster; its steady-state record."""
     import dask
-    from pipelines.executors.common import thread_env
     from pipelines.executors.dask import DaskExecutor
     from pipelines.executors.dask_config import QUIET_CLUSTER
     from pipelines.run.learner_stage import LearnerStage
@@ -299,13 +288,19 @@ def add_efficiency(records: List[Dict[str, Any]]) -> None:
         r["efficiency"] = None if one is None else round(r["env_steps_per_s"] / (r["n_workers"] * one["env_steps_per_s"]), 4)
 
 
-def projection(records: List[Dict[str, Any]], block_rows: int) -> Dict[str, Any]:
-    """Env steps/s one driver core and one scheduler core sustain, from the largest N's central costs."""
+def projection(records: List[Dict[str, Any]], block_rows: int, floor: Optional[Dict[str, float]]) -> Dict[str, Any]:
+    """Env steps/s one driver core and one scheduler core sustain, from the largest N's central costs; the
+    central cost's spread over N, and without the idle cluster's ``floor`` (its per-second CPU) where given."""
     top = max(records, key=lambda r: r["n_workers"])
     driver = 1000.0 / max(top["driver_cpu_s_per_1k_steps"], 1e-12)
     scheduler = 1000.0 / max(top["scheduler_cpu_s_per_1k_steps"], 1e-12)
     costs = [r["central_cpu_s_per_1k_steps"] for r in records]
-    return {"from_n_workers": top["n_workers"], "block_rows": block_rows,
+    idle = [(floor["scheduler_ms_per_s"] + floor["client_ms_per_s"]) / r["env_steps_per_s"] for r in records] \
+        if floor else [0.0] * len(records)
+    less = [max(c - i, 1e-12) for c, i in zip(costs, idle)]
+    return {"idle_floor": floor, "idle_floor_cpu_s_per_1k_steps": [round(i, 5) for i in idle],
+            "central_cost_less_idle_max_over_min": round(max(less) / min(less), 3) if floor else None,
+            "from_n_workers": top["n_workers"], "block_rows": block_rows,
             "driver_ms_per_block": top["driver_cpu_ms_per_block"],
             "one_driver_core_env_steps_per_s": round(driver), "one_scheduler_core_env_steps_per_s": round(scheduler),
             "saturates_first": "driver" if driver < scheduler else "scheduler",
@@ -355,12 +350,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.quick:
         args.workers, args.seconds = [n for n in args.workers if n <= 4] or [1, 2], min(args.seconds, 4.0)
+        args.idle_seconds = min(args.idle_seconds, 2.0)
     args.workers = sorted(set(args.workers))
     check_args(args)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     machine = machine_info()
     records = []
     with tempfile.TemporaryDirectory(prefix="cluster-scale-") as root:
+        floor = idle_floor(thread_env(run_config(args, 1, 1)), root, LEARNER_RESOURCES if args.learner_host ==
+                           "worker" else None, args.idle_seconds) if args.idle_seconds > 0 else None
         for i, n in enumerate(args.workers):
             print(f"[{i + 1}/{len(args.workers)}] N = {n} actors ({env_id(args)}, learner {args.learner} on the "
                   f"{args.learner_host})", flush=True)
@@ -368,12 +366,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             add_efficiency(records)
             print(table(records[-1:]).splitlines()[-1], flush=True)
     add_efficiency(records)
-    proj = projection(records, args.block_rows)
+    proj = projection(records, args.block_rows, floor)
     print(table(records))
     print(f"one driver core: {proj['one_driver_core_env_steps_per_s']:,} env steps/s "
           f"({proj['driver_ms_per_block']} ms CPU per {args.block_rows}-row block); one scheduler core: "
           f"{proj['one_scheduler_core_env_steps_per_s']:,}; saturates first: {proj['saturates_first']}; "
           f"central cost max/min over N: {proj['central_cost_max_over_min']}")
+    if floor:
+        print(f"idle cluster: scheduler {floor['scheduler_ms_per_s']} ms/s, client {floor['client_ms_per_s']} ms/s of "
+              f"CPU; central cost less that floor, max/min over N: {proj['central_cost_less_idle_max_over_min']}")
     split = max(records, key=lambda r: r["n_workers"])["driver_cpu_ms_per_block_by_thread"]
     print(f"driver CPU per block at N = {proj['from_n_workers']} by thread: main (plan, submit, commit) "
           f"{split['main']} ms, Dask client's event loop {split['client_io_loop']} ms, other {split['other']} ms")

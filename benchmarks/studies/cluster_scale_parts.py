@@ -115,6 +115,25 @@ class ClusterProcesses:
                 p.wait()
 
 
+def idle_floor(env: Dict[str, str], root: str, learner_resources: Optional[Dict[str, float]],
+               seconds: float = 10.0) -> Dict[str, float]:
+    """CPU ms per second of a cluster with nothing to do: the scheduler, one actor worker (and the learner's),
+    and this process's client, all with QUIET_CLUSTER. Dask's heartbeats (every 0.5 s per worker below
+    11 workers, fixed by the scheduler) cost this whatever the run does: the time-proportional floor of the
+    central cost, which a slow N = 1 run pays per env step."""
+    import dask
+    from distributed import Client
+    with ClusterProcesses(1, 1, env=env, root=root, learner_resources=learner_resources) as cluster, \
+            dask.config.set(QUIET_CLUSTER), Client(cluster.address, timeout="30s"):
+        time.sleep(2.0)           # past the connection's start-up
+        sched, me = cluster.pids()["scheduler"], [os.getpid()]
+        s0, c0, t0 = cpu_seconds(sched), cpu_seconds(me), time.monotonic()
+        time.sleep(seconds)
+        wall = time.monotonic() - t0
+        return {"seconds": round(wall, 2), "scheduler_ms_per_s": round(1000 * (cpu_seconds(sched) - s0) / wall, 3),
+                "client_ms_per_s": round(1000 * (cpu_seconds(me) - c0) / wall, 3)}
+
+
 def cpu_seconds(pids: List[int]) -> float:
     import psutil
     total = 0.0

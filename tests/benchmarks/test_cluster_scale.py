@@ -23,12 +23,21 @@ def test_efficiency_is_steps_per_s_over_n_times_one_actor():
 
 def test_projection_names_the_costlier_central_process_from_the_largest_n():
     records = [_rec(1, 500.0, 0.04, 0.02), _rec(64, 30000.0, 0.002, 0.005, block_ms=8.192)]
-    p = cs.projection(records, 4096)
+    p = cs.projection(records, 4096, None)
     assert p["one_driver_core_env_steps_per_s"] == 500_000       # 1 / (2 ms per 1,000 steps)
     assert p["one_scheduler_core_env_steps_per_s"] == 200_000
     assert p["saturates_first"] == "scheduler"
     assert p["central_cost_max_over_min"] == pytest.approx(0.06 / 0.007, abs=1e-3)
     assert (p["from_n_workers"], p["driver_ms_per_block"]) == (64, 8.192)
+    assert p["central_cost_less_idle_max_over_min"] is None      # no idle floor measured
+
+
+def test_the_idle_floor_is_taken_off_each_n_at_its_own_rate():
+    # an idle cluster costing 10 ms/s: 0.02 s per 1k env steps at 500 steps/s, 1/3000 s at 30,000
+    records = [_rec(1, 500.0, 0.04, 0.02), _rec(64, 30000.0, 0.002, 0.005)]
+    p = cs.projection(records, 4096, {"scheduler_ms_per_s": 9.0, "client_ms_per_s": 1.0})
+    assert p["idle_floor_cpu_s_per_1k_steps"] == [0.02, round(1 / 3000, 5)]
+    assert p["central_cost_less_idle_max_over_min"] == pytest.approx(0.04 / (0.007 - 1 / 3000), abs=1e-3)
 
 
 def test_auto_task_size_gives_every_actor_one_task_per_block():
@@ -44,6 +53,7 @@ def test_auto_task_size_gives_every_actor_one_task_per_block():
                                         (["--steps-per-task", "auto", "--workers", "1", "3"],
                                          "--steps-per-task auto at N = 3"),
                                         (["--steps-per-task", "0"], "--steps-per-task 0"),
+                                        (["--idle-seconds", "-1"], "--idle-seconds"),
                                         (["--steps-per-task", "auto", "--num-envs", "0"], "--num-envs 0")])
 def test_bad_settings_get_one_error_line_and_exit_2(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
@@ -56,7 +66,8 @@ def test_bad_settings_get_one_error_line_and_exit_2(argv, says, capsys):
 def test_a_short_sweep_writes_one_record_per_n_with_its_efficiency(tmp_path):
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
     assert cs.main(["--workers", "1", "2", "--seconds", "1", "--block-rows", "512", "--step-us", "200",
-                    "--warmup-blocks", "1", "--no-progress", "--out", str(out), "--plot", str(png)]) == 0
+                    "--warmup-blocks", "1", "--idle-seconds", "0.5", "--no-progress", "--out", str(out),
+                    "--plot", str(png)]) == 0
     record = json.loads(out.read_text())
     assert record["env_id"] == "waiting:4-float32-200us" and record["learner"] == "simulated"
     assert record["learner_host"] == "worker"      # the default: the driver's CPU is orchestration only
@@ -78,4 +89,7 @@ def test_a_short_sweep_writes_one_record_per_n_with_its_efficiency(tmp_path):
         assert sum(split.values()) == pytest.approx(r["driver_cpu_ms_per_block"], abs=0.01)
         assert r["learner_cpu_s_per_1k_steps"] > 0 and r["learner_where"].startswith("tcp://127.0.0.1:")
     assert record["projection"]["saturates_first"] in ("driver", "scheduler")
+    floor = record["projection"]["idle_floor"]
+    assert floor["scheduler_ms_per_s"] >= 0 and floor["seconds"] >= 0.5     # psutil counts in 10 ms ticks
+    assert record["projection"]["central_cost_less_idle_max_over_min"] >= 1.0
     assert png.stat().st_size > 0
