@@ -4,10 +4,9 @@ Issue 30's ``benchmarks/cluster_scale.py``. On a real cluster every worker has i
 central is the driver (planning, submitting, committing, publishing versions) and the Dask scheduler.
 This study makes the actors cost (almost) no CPU, so that a 2-core machine shows those costs to N = 64:
 
-* **the env waits**: ``waiting:<obs>-<step>us`` (:mod:`core.envs.waiting`), a
-  real gymnasium env whose step sleeps. Actors, LiteRT int8 policies, shard
-  writes, commits, policy versions and the plan are all the product's own
-  (``pipelines.run.driver.Trainer`` on a Dask cluster);
+* **the env waits**: ``waiting:<obs>-<step>us`` (:mod:`core.envs.waiting`), a real gymnasium env whose
+  step sleeps. Actors, LiteRT int8 policies, shard writes, commits, policy versions and the plan are all
+  the product's own (``pipelines.run.driver.Trainer`` on a Dask cluster);
 * **the learner** is the real one (``--learner real``) or a stand-in (``--learner simulated``, the
   default) that waits ``--learn-us-per-step`` per planned learner step, as a learner on its own
   accelerator would, and publishes real policy versions of its (untrained) network on the plan's
