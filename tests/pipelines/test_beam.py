@@ -71,6 +71,13 @@ def test_user_direct_options_win(tmp_path):
     assert opts.view_as(DirectOptions).direct_num_workers == 1
 
 
+def test_a_double_dash_before_the_beam_options_is_only_a_separator(tmp_path):
+    # Beam's own parser reads everything after "--" as positionals: the options were silently lost.
+    opts = beam_executor.pipeline_options(["--", "--direct_num_workers", "3"], str(tmp_path))
+    assert opts.view_as(DirectOptions).direct_num_workers == 3
+    assert opts.view_as(DirectOptions).direct_running_mode == "multi_processing"
+
+
 def test_dataflow_options_pass_through_untouched():
     args = DATAFLOW_ARGS + ["--setup_file", "./setup.py", "--max_num_workers", "7", "--some_future_flag", "x"]
     opts = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
