@@ -14,7 +14,6 @@ the rest milliseconds.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import socket
@@ -110,8 +109,10 @@ def _burn(seconds: float) -> None:
 @pytest.mark.slow
 def test_eit_backend_end_to_end_matches_fake_rapl_counters(tmp_path, fake_rapl, no_network):
     assert carbon.available_backends()[0] == "eit"
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "databloom-eit-*")))
     with EnergyTracker(str(tmp_path / "run"), backend="eit", country="FRA") as tr:
+        # its own temp dir, not a glob: a run on another xdist worker makes its own databloom-eit-* meanwhile
+        own_dir = tr._meter._dir
+        assert own_dir.startswith(os.path.join(tempfile.gettempdir(), "databloom-eit-")) and os.path.isdir(own_dir)
         time.sleep(3.0)   # wall time, not a CPU burn: the counter thread must not wait for the GIL
     r = tr.report
     assert r.backend == "eit" and r.requested_backend == "eit" and r.notes == []
@@ -142,7 +143,7 @@ def test_eit_backend_end_to_end_matches_fake_rapl_counters(tmp_path, fake_rapl, 
     assert os.listdir(tmp_path / "run") == ["carbon.json"]
     with open(tmp_path / "run" / "carbon.json") as f:
         assert json.load(f)["coverage"]["backend"]["host_rapl_kwh"] == cov["host_rapl_kwh"]
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "databloom-eit-*"))) == before
+    assert not os.path.exists(own_dir)
     assert eit_compat._State.exit_hooks == []
 
 
