@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from pipelines.cli import check_creatable_dir, check_locations, cli_errors, print_table
+from pipelines.cli import check_creatable_dir, check_locations, cli_errors, exit_now, print_table
 from pipelines.evaluate import policy_payload
 
 
@@ -150,4 +150,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":  # Dask spawns workers that re-import __main__: keep this guard.
-    sys.exit(main())
+    exit_now(main())

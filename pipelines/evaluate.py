@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import List, Optional
 
 import numpy as np
 
-from pipelines.cli import check_locations, check_output_file, cli_errors, print_table
+from pipelines.cli import check_locations, check_output_file, cli_errors, exit_now, print_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,4 +134,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -26,10 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import List, Optional
 
-from pipelines.cli import check_locations, check_output_file, cli_errors, print_table
+from pipelines.cli import check_locations, check_output_file, cli_errors, exit_now, print_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,4 +181,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":  # Dask spawns workers that re-import __main__: keep this guard.
-    sys.exit(main())
+    exit_now(main())

@@ -22,7 +22,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pipelines.cli import check_creatable_dir, check_locations, cli_errors
+from pipelines.cli import check_creatable_dir, check_locations, cli_errors, exit_now
 
 
 def sweep_main(argv: List[str]) -> int:
@@ -64,4 +64,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -19,7 +19,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pipelines.cli import check_creatable_dir, check_locations, cli_errors, print_table
+from pipelines.cli import check_creatable_dir, check_locations, cli_errors, exit_now, print_table
 
 EPILOG = """
 spec file (YAML; the same as the flags):
@@ -144,4 +144,4 @@ def _report(sweep, runs, result) -> int:
 
 
 if __name__ == "__main__":  # Dask spawns workers that re-import __main__: keep this guard.
-    sys.exit(main())
+    exit_now(main())

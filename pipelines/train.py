@@ -24,7 +24,7 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
-from pipelines.cli import Interrupted, check_locations, cli_errors, print_table
+from pipelines.cli import Interrupted, check_locations, cli_errors, exit_now, print_table
 
 HELP_EPILOG = """
 run directory layout:
@@ -253,4 +253,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":  # Dask spawns workers that re-import __main__: keep this guard.
-    sys.exit(main())
+    exit_now(main())
