@@ -11,9 +11,9 @@ Every CLI's ``main`` is wrapped by :func:`cli_errors`, once:
   (``pipelines.train`` names the resume command there) or ``interrupted``;
 * anything else is a bug and keeps its traceback.
 
-A CLI ends through :func:`exit_now` (``if __name__ == "__main__": exit_now(main())``): the
-interpreter's own teardown of every module, ~1 s once TensorFlow is loaded, comes after the
-summary and the exit status are settled, and is skipped.
+A CLI ends through :func:`core.fast_exit.exit_now` (``if __name__ == "__main__":
+exit_now(main())``): the interpreter's teardown of every module, ~1 s once TensorFlow is
+loaded, comes after the summary and the exit status are settled, and is skipped.
 
 Output locations are checked before long work (:func:`check_output_file`,
 :func:`check_creatable_dir`), so an unwritable ``--export`` fails in a second,
@@ -33,14 +33,11 @@ Example::
 """
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import sys
-import threading
 import uuid
 import warnings
-from typing import NoReturn, Optional
 
 # Quiet TensorFlow's C++ start-up chatter before anything imports TF.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -179,26 +176,3 @@ def print_table(header: Sequence[str], rows: List[Sequence[object]], file=None) 
     out = [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in cells[1:]]
     print("\n".join(out), file=file or sys.stdout)
 
-
-def exit_now(code: Optional[int]) -> NoReturn:
-    """End the process with ``code`` (``None``: 0) as Python's exit would, less its module teardown.
-
-    What an exit does that anyone relies on is kept, in Python's order: the non-daemon threads
-    are joined (a checkpoint writer finishes), the ``atexit`` handlers run (logging, Dask's and
-    multiprocessing's clean-up, codecarbon), and stdout and stderr are flushed. What is skipped is
-    the interpreter's finalization of every module and object, which with TensorFlow loaded takes
-    1.05-1.18 s on a 2-core Zen 4 after the process printed its last line (``os._exit`` after
-    ``import tensorflow``: 0.06 s). A ``code`` that is not an int or None (``sys.exit("text")``)
-    takes Python's own way out."""
-    if code is not None and not isinstance(code, int):
-        sys.exit(code)
-    shutdown = getattr(threading, "_shutdown", None)     # what Py_FinalizeEx calls first
-    if shutdown is not None:
-        shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):     # a closed or broken pipe: nothing left to say
-            pass
-    os._exit(code or 0)

@@ -18,7 +18,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from pipelines.cli import check_creatable_dir, check_locations, cli_errors, exit_now, print_table
+from core.fast_exit import exit_now
+from pipelines.cli import check_creatable_dir, check_locations, cli_errors, print_table
 from pipelines.evaluate import policy_payload
 
 

@@ -19,7 +19,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from pipelines.cli import check_locations, check_output_file, cli_errors, exit_now, print_table
+from core.fast_exit import exit_now
+from pipelines.cli import check_locations, check_output_file, cli_errors, print_table
 
 
 def build_parser() -> argparse.ArgumentParser:

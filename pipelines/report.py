@@ -22,7 +22,8 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pipelines.cli import check_creatable_dir, check_locations, cli_errors, exit_now
+from core.fast_exit import exit_now
+from pipelines.cli import check_creatable_dir, check_locations, cli_errors
 
 
 def sweep_main(argv: List[str]) -> int:

@@ -19,7 +19,8 @@ import argparse
 import sys
 from typing import List, Optional
 
-from pipelines.cli import check_creatable_dir, check_locations, cli_errors, exit_now, print_table
+from core.fast_exit import exit_now
+from pipelines.cli import check_creatable_dir, check_locations, cli_errors, print_table
 
 EPILOG = """
 spec file (YAML; the same as the flags):

@@ -24,7 +24,8 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
-from pipelines.cli import Interrupted, check_locations, cli_errors, exit_now, print_table
+from core.fast_exit import exit_now
+from pipelines.cli import Interrupted, check_locations, cli_errors, print_table
 
 HELP_EPILOG = """
 run directory layout:

@@ -1,4 +1,5 @@
-"""``pipelines.cli.exit_now``: a CLI's exit keeps what Python's exit does for it, less the module teardown."""
+"""``core.fast_exit.exit_now``: a CLI ends as Python's exit would (threads, atexit, output, exit status), less
+the module teardown."""
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ def _run(tmp_path, body):
 def test_exit_now_joins_threads_runs_atexit_flushes_and_keeps_the_code(tmp_path):
     out = _run(tmp_path, f"""
         import atexit, sys, threading, time
-        from pipelines.cli import exit_now
+        from core.fast_exit import exit_now
         def write_late():
             time.sleep(0.3)
             open({str(tmp_path / "thread")!r}, "w").write("done")
@@ -34,8 +35,8 @@ def test_exit_now_joins_threads_runs_atexit_flushes_and_keeps_the_code(tmp_path)
 
 
 def test_exit_now_of_none_is_0_and_of_text_is_pythons_exit(tmp_path):
-    assert _run(tmp_path, "from pipelines.cli import exit_now\nexit_now(None)\n").returncode == 0
-    out = _run(tmp_path, "from pipelines.cli import exit_now\nexit_now('bad thing')\n")
+    assert _run(tmp_path, "from core.fast_exit import exit_now\nexit_now(None)\n").returncode == 0
+    out = _run(tmp_path, "from core.fast_exit import exit_now\nexit_now('bad thing')\n")
     assert out.returncode == 1 and out.stderr.strip() == "bad thing"
 
 
@@ -44,3 +45,4 @@ def test_a_cli_error_still_exits_2_with_one_line(tmp_path):
                           "total_env_steps=-1"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert out.stderr.startswith("error: ")
+
