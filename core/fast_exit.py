@@ -47,4 +47,3 @@ def exit_now(code: Optional[int]) -> NoReturn:
     atexit._run_exitfuncs()
     _flush()
     os._exit(code or 0)
-

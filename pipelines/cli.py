@@ -168,6 +168,14 @@ def check_locations(*named: Tuple[str, Optional[str]], probe: bool = True) -> No
                 raise urls.LocationError(f"{what} {e}") from None
 
 
+def parse_with_pipeline_args(parser, argv: Optional[Sequence[str]] = None):
+    """``(args, pipeline_args)``: ``parser``'s options, and the rest for Beam (``--runner``, ``--project``, ...),
+    untouched except a shell-style ``--`` separator (``... -- --runner X``). Beam's own parser reads every
+    option after a ``--`` as a positional and drops it without a word: the run would go to another runner."""
+    args, rest = parser.parse_known_args(argv)
+    return args, [a for a in rest if a != "--"]
+
+
 def print_table(header: Sequence[str], rows: List[Sequence[object]], file=None) -> None:
     """Print a markdown-style table (readable in a terminal, pasteable into docs)."""
     cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
@@ -175,4 +183,3 @@ def print_table(header: Sequence[str], rows: List[Sequence[object]], file=None) 
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
     out = [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in cells[1:]]
     print("\n".join(out), file=file or sys.stdout)
-

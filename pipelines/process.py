@@ -29,7 +29,7 @@ import os
 from typing import List, Optional
 
 from core.fast_exit import exit_now
-from pipelines.cli import check_locations, check_output_file, cli_errors, print_table
+from pipelines.cli import check_locations, check_output_file, cli_errors, parse_with_pipeline_args, print_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace, pipeline_args: List[str]) -> dict:
 
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
-    args, pipeline_args = build_parser().parse_known_args(argv)
+    args, pipeline_args = parse_with_pipeline_args(build_parser(), argv)
     check_locations(("STORE", args.store), ("--out", getattr(args, "out", None)))
     if args.command == "repair":  # no engine: a few small reads and deletes
         if pipeline_args:

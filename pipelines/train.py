@@ -25,7 +25,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from core.fast_exit import exit_now
-from pipelines.cli import Interrupted, check_locations, cli_errors, print_table
+from pipelines.cli import Interrupted, check_locations, cli_errors, parse_with_pipeline_args, print_table
 
 HELP_EPILOG = """
 run directory layout:
@@ -232,7 +232,7 @@ def print_summary(summary: dict) -> None:
 @cli_errors
 def main(argv: Optional[List[str]] = None) -> int:
     # Unknown options are Beam pipeline options (--runner, --project, ...): passed through untouched.
-    args, pipeline_args = build_parser().parse_known_args(argv)
+    args, pipeline_args = parse_with_pipeline_args(build_parser(), argv)
     # A malformed URL: one line at once; an object store that does not answer: one line within seconds.
     check_locations(("--run-dir", args.run_dir), ("--resume", args.resume),
                     ("--offline-dataset", args.offline_dataset))

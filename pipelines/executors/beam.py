@@ -77,9 +77,7 @@ def pipeline_options(pipeline_args: Sequence[str], run_dir: str, num_workers: Op
         ConfigError: remote runner with a local ``run_dir`` (checked before anything starts).
     """
     from apache_beam.options.pipeline_options import PipelineOptions
-    # A shell-style "--" before the Beam options (`... -- --runner X`) would make Beam's parser read every
-    # option after it, ours included, as a positional and drop it without a word: it separates nothing here.
-    args = [a for a in pipeline_args if a != "--"]
+    args = list(pipeline_args)
     check_run_dir(args, run_dir)
     if is_local_runner(args):
         if not _given(args, "--direct_running_mode"):

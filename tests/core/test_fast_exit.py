@@ -45,4 +45,3 @@ def test_a_cli_error_still_exits_2_with_one_line(tmp_path):
                           "total_env_steps=-1"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert out.stderr.startswith("error: ")
-

@@ -71,9 +71,18 @@ def test_user_direct_options_win(tmp_path):
     assert opts.view_as(DirectOptions).direct_num_workers == 1
 
 
-def test_a_double_dash_before_the_beam_options_is_only_a_separator(tmp_path):
-    # Beam's own parser reads everything after "--" as positionals: the options were silently lost.
-    opts = beam_executor.pipeline_options(["--", "--direct_num_workers", "3"], str(tmp_path))
+@pytest.mark.parametrize("cli", ["pipelines.train", "pipelines.process"])
+def test_a_double_dash_before_the_beam_options_is_only_a_separator(tmp_path, cli):
+    # Beam's own parser reads everything after "--" as positionals: the options were silently lost, and the
+    # runner named after it read as the DirectRunner (round sizing, the run-directory check).
+    import importlib
+    from pipelines.cli import parse_with_pipeline_args
+    parser = importlib.import_module(cli).build_parser()
+    argv = ["--run-dir", "r"] if cli == "pipelines.train" else ["stats", "s"]
+    _, rest = parse_with_pipeline_args(parser, [*argv, "--", "--runner", "DataflowRunner", "--direct_num_workers", "3"])
+    assert rest == ["--runner", "DataflowRunner", "--direct_num_workers", "3"]
+    assert beam_executor.runner_name(rest) == "DataflowRunner"
+    opts = beam_executor.pipeline_options(rest[2:], str(tmp_path))
     assert opts.view_as(DirectOptions).direct_num_workers == 3
     assert opts.view_as(DirectOptions).direct_running_mode == "multi_processing"
 
