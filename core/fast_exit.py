@@ -7,11 +7,10 @@ last part alone takes 1.05-1.18 s on a 2-core Zen 4 (``os._exit`` right after
 exit status. Nothing of ours depends on it: stores, checkpoints, locks and metrics are
 closed explicitly, and every clean-up that is registered runs.
 
-* :func:`exit_now` ends a CLI (``if __name__ == "__main__": exit_now(main())``).
-
-Not for Beam's SDK worker processes (the DirectRunner starts one per round pipeline and waits
-~1.7 s for its exit): their exit is Beam's ``sdk_worker_main``, and running the ``atexit``
-handlers from inside one of them (to end after them) hung the worker.
+* :func:`exit_now` ends a CLI (``if __name__ == "__main__": exit_now(main())``), and the
+  DirectRunner's SDK worker processes (:mod:`pipelines.beam.sdk_worker`: one per worker per
+  round pipeline, each waited for). It is called after ``main`` returns, never from inside an
+  ``atexit`` handler: running the handlers from inside one (to end after them) hung Beam's worker.
 
 Example::
 

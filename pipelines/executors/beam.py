@@ -7,7 +7,10 @@ It only decides *where* a pipeline runs:
   DirectRunner in ``multi_processing`` mode with one SDK worker process per
   core, because rollouts are CPU-bound Python (``multi_threading`` is held by
   the GIL, ``in_memory`` is one process). ``--direct_running_mode`` and
-  ``--direct_num_workers`` given by the user win.
+  ``--direct_num_workers`` given by the user win. In that mode
+  :func:`run_pipeline` runs Beam's portable runner (the DirectRunner's own
+  engine) with :data:`WORKER_COMMAND` as the worker process: Beam's worker,
+  ended without the interpreter's teardown (:mod:`pipelines.beam.sdk_worker`).
 * Any other runner (``--runner DataflowRunner --project P --region R
   --temp_location gs://... --setup_file ./setup.py``): every option passes
   through untouched. Workers on other machines cannot see the launcher's
@@ -33,6 +36,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
+import sys
 import tempfile
 import uuid
 from typing import Any, Callable, List, Optional, Sequence
@@ -40,6 +45,8 @@ from typing import Any, Callable, List, Optional, Sequence
 #: Runners that execute on this machine (a local run directory is fine for them).
 LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner")
 SETUP_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "setup.py")
+#: The DirectRunner's worker process in multi_processing mode (Beam's: ``-m apache_beam.runners.worker.sdk_worker_main``).
+WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m pipelines.beam.sdk_worker"
 _PACKAGING_FLAGS = ("--setup_file", "--sdk_container_image", "--extra_packages", "--requirements_file",
                     "--worker_harness_container_image")
 
@@ -91,11 +98,41 @@ def pipeline_options(pipeline_args: Sequence[str], run_dir: str, num_workers: Op
     return PipelineOptions(args)
 
 
+def runner_for(options):
+    """``(runner, options)`` to run a pipeline with.
+
+    Any runner named by ``--runner`` other than the DirectRunner: ``(None, options)``, Beam's choice.
+    The DirectRunner: its batch engine, Beam's ``FnApiRunner``, set up as the DirectRunner sets it up
+    (the pipeline options provisioned to its workers). Beam 2.78's DirectRunner would first try Prism,
+    a binary it downloads from GitHub on first use; that would make the engine of a "DirectRunner" run
+    depend on the network. In ``multi_processing`` mode the workers are :data:`WORKER_COMMAND`, and the
+    runner gets a copy of ``options`` whose running mode no longer overrides that
+    (``--direct_num_workers`` stands; the workers still see the options as given).
+    """
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+    if options.view_as(StandardOptions).runner not in (None, "DirectRunner", "direct"):
+        return None, options
+    provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
+        pipeline_options=JobServiceHandle.encode_pipeline_options(options.get_all_options())))
+    if options.view_as(DirectOptions).direct_running_mode != "multi_processing":
+        return fn_runner.FnApiRunner(provision_info=provision), options
+    flags = options.get_all_options(drop_default=True, retain_unknown_options=True)
+    flags["direct_running_mode"] = "in_memory"    # FnApiRunner's default: the environment below stands
+    engine = fn_runner.FnApiRunner(default_environment=SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND),
+                                   provision_info=provision)
+    return engine, PipelineOptions.from_dictionary(flags)
+
+
 def run_pipeline(build: Callable, options) -> None:
-    """Build a pipeline with ``build(pipeline)`` and run it to completion."""
+    """Build a pipeline with ``build(pipeline)`` and run it to completion (on :func:`runner_for`'s runner)."""
     import apache_beam as beam
     logging.getLogger("apache_beam").setLevel(logging.ERROR)   # worker start-up chatter, per round
-    with beam.Pipeline(options=options) as pipeline:
+    runner, options = runner_for(options)
+    with beam.Pipeline(runner=runner, options=options) as pipeline:
         build(pipeline)
 
 
@@ -140,7 +177,8 @@ class BeamExecutor:
         import fsspec
         from pipelines.executors.common import json_round_trip
         url = f"{self.temp.rstrip('/')}/{label}-{uuid.uuid4().hex}.json"
-        with beam.Pipeline(options=self.options) as p:
+        runner, options = runner_for(self.options)
+        with beam.Pipeline(runner=runner, options=options) as p:
             _ = (p
                  | "CreateItems" >> beam.Create(list(items))
                  | "Reshuffle" >> beam.Reshuffle()  # to prevent fusion: spread shards over workers

@@ -97,13 +97,15 @@ class BeamBackend:
     def _run(self) -> None:
         import apache_beam as beam
         from apache_beam.options.pipeline_options import PipelineOptions
+        from pipelines.executors.beam import runner_for
         results: List[Tuple[str, int]] = []
         out_dir = os.path.join(self._tmp, "results")
         os.makedirs(out_dir, exist_ok=True)
         opts = PipelineOptions(["--runner=DirectRunner", f"--direct_num_workers={self.workers}",
                                 "--direct_running_mode=multi_processing", *self.options])
         try:
-            with beam.Pipeline(options=opts) as p:
+            runner, opts = runner_for(opts)
+            with beam.Pipeline(runner=runner, options=opts) as p:
                 ended = build_pipeline(p, self._items, self.stop_flag, self.program)
                 _ = ended | "Record" >> beam.Map(_write_result, out_dir)
             for fname in os.listdir(out_dir):

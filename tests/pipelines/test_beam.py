@@ -87,6 +87,47 @@ def test_a_double_dash_before_the_beam_options_is_only_a_separator(tmp_path, cli
     assert opts.view_as(DirectOptions).direct_running_mode == "multi_processing"
 
 
+def test_the_direct_runner_runs_on_beams_batch_engine_with_our_worker_command(tmp_path):
+    # Not Beam's DirectRunner switch, which first tries Prism (a binary fetched from GitHub): the engine of a
+    # local run must not depend on the network. The options the runner reads drop the running mode (it
+    # would replace the worker command); the given options, and so what the workers see, keep it.
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+    opts = beam_executor.pipeline_options([], str(tmp_path), num_workers=3)
+    runner, run_opts = beam_executor.runner_for(opts)
+    assert isinstance(runner, FnApiRunner)
+    env = runner._default_environment
+    assert isinstance(env, SubprocessSDKEnvironment) and env.command_string == beam_executor.WORKER_COMMAND
+    assert beam_executor.WORKER_COMMAND.endswith(" -m pipelines.beam.sdk_worker")
+    assert run_opts.view_as(DirectOptions).direct_running_mode == "in_memory"
+    assert run_opts.view_as(DirectOptions).direct_num_workers == 3
+    assert opts.view_as(DirectOptions).direct_running_mode == "multi_processing"   # the caller's, untouched
+    assert run_opts.get_all_options()["default_sdk_harness_log_level"] == "ERROR"
+
+
+def test_other_direct_modes_keep_their_options_and_other_runners_are_beams_choice(tmp_path):
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    opts = beam_executor.pipeline_options(["--direct_running_mode=in_memory"], str(tmp_path))
+    runner, run_opts = beam_executor.runner_for(opts)
+    assert isinstance(runner, FnApiRunner) and run_opts is opts
+    dataflow = beam_executor.pipeline_options(DATAFLOW_ARGS, "gs://my-bucket/runs/a")
+    assert beam_executor.runner_for(dataflow) == (None, dataflow)
+
+
+@pytest.mark.slow
+def test_direct_runner_workers_are_our_worker_module_and_the_pipeline_completes(tmp_path):
+    out = tmp_path / "out.json"
+
+    def build(p):
+        where = lambda _: (__import__("sys").modules["__main__"].__spec__.name, __import__("os").getpid())  # noqa: E731
+        _ = (p | beam.Create([0, 1, 2]) | beam.Map(where) | beam.combiners.ToList()
+             | beam.Map(lambda seen: out.write_text(json.dumps(seen))))
+    beam_executor.run_pipeline(build, beam_executor.pipeline_options([], str(tmp_path), num_workers=1))
+    seen = json.loads(out.read_text())
+    assert len(seen) == 3 and {name for name, _ in seen} == {"pipelines.beam.sdk_worker"}
+    assert {pid for _, pid in seen} != {os.getpid()}
+
+
 def test_dataflow_options_pass_through_untouched():
     args = DATAFLOW_ARGS + ["--setup_file", "./setup.py", "--max_num_workers", "7", "--some_future_flag", "x"]
     opts = beam_executor.pipeline_options(args, "gs://my-bucket/runs/a")
