@@ -45,7 +45,7 @@ from typing import Any, Callable, List, Optional, Sequence
 #: Runners that execute on this machine (a local run directory is fine for them).
 LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner")
 SETUP_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "setup.py")
-#: The DirectRunner's worker process in multi_processing mode (Beam's: ``-m apache_beam.runners.worker.sdk_worker_main``).
+#: The DirectRunner's worker process in multi_processing mode (Beam's own: ``-m ...worker.sdk_worker_main``).
 WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m pipelines.beam.sdk_worker"
 _PACKAGING_FLAGS = ("--setup_file", "--sdk_container_image", "--extra_packages", "--requirements_file",
                     "--worker_harness_container_image")
