@@ -251,11 +251,23 @@ def learner_for(cfg, run_dir: str) -> BlockLearner:
     with _LEARNERS_LOCK:
         learner = _LEARNERS.get(key)
         if learner is None:
-            for old in _LEARNERS.values():
-                old.stage.close()
-            _LEARNERS.clear()
+            _forget()
             learner = _LEARNERS[key] = BlockLearner(cfg, run_dir)
         return learner
+
+
+def _forget() -> None:
+    for old in _LEARNERS.values():
+        old.stage.close()
+    _LEARNERS.clear()
+
+
+def forget_learners() -> None:
+    """Close and drop this process's learner: the next block builds it and restores its state from
+    ``beam/learner``, as in a new worker process (a warm worker between rounds,
+    :mod:`pipelines.beam.warm_workers`)."""
+    with _LEARNERS_LOCK:
+        _forget()
 
 
 def take_fixed_seconds(cfg, run_dir: str) -> Dict[str, float]:

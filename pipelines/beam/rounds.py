@@ -37,6 +37,7 @@ from core import urls
 from pipelines.beam.launcher import RoundLauncher
 from pipelines.beam.options import round_options
 from pipelines.beam.round_size import describe, size_rounds
+from pipelines.beam.warm_workers import warm_options
 from pipelines.executors import beam as beam_executor
 from pipelines.executors.common import thread_env
 
@@ -53,8 +54,9 @@ def train_in_rounds(cfg, run_dir: str, pipeline_args: Sequence[str], progress: b
         for k, v in thread_env(cfg).items():   # inherited by DirectRunner worker processes
             os.environ.setdefault(k, v)
     sizing = size_rounds(cfg, beam_executor.runner_name(pipeline_args), ours.startup_s, ours.blocks_per_round)
-    return RoundLauncher(cfg, run_dir, options, progress, resume, sizing,
-                         startup_given=ours.startup_s is not None).run()
+    with warm_options(options) as options:     # the DirectRunner's rounds: warm worker processes
+        return RoundLauncher(cfg, run_dir, options, progress, resume, sizing,
+                             startup_given=ours.startup_s is not None).run()
 
 
 def show_rounds(cfg, pipeline_args: Sequence[str], out=None) -> int:

@@ -105,25 +105,31 @@ def runner_for(options):
     The DirectRunner: its batch engine, Beam's ``FnApiRunner``, set up as the DirectRunner sets it up
     (the pipeline options provisioned to its workers). Beam 2.78's DirectRunner would first try Prism,
     a binary it downloads from GitHub on first use; that would make the engine of a "DirectRunner" run
-    depend on the network. In ``multi_processing`` mode the workers are :data:`WORKER_COMMAND`, and the
-    runner gets a copy of ``options`` whose running mode no longer overrides that
-    (``--direct_num_workers`` stands; the workers still see the options as given).
+    depend on the network. In ``multi_processing`` mode the workers are :data:`WORKER_COMMAND`, or with
+    ``--environment_type EXTERNAL --environment_config HOST:PORT`` the worker pool there (a training
+    run's warm workers, :mod:`pipelines.beam.warm_workers`). Then the runner gets a copy of ``options``
+    whose running mode no longer overrides that environment (``--direct_num_workers`` stands; the
+    workers still see the options as given).
     """
-    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
-    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+    from apache_beam.transforms.environments import ExternalEnvironment, SubprocessSDKEnvironment
     if options.view_as(StandardOptions).runner not in (None, "DirectRunner", "direct"):
         return None, options
     provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
         pipeline_options=JobServiceHandle.encode_pipeline_options(options.get_all_options())))
-    if options.view_as(DirectOptions).direct_running_mode != "multi_processing":
+    portable = options.view_as(PortableOptions)
+    if portable.environment_type == "EXTERNAL":      # a worker pool's address (pipelines.beam.warm_workers)
+        environment = ExternalEnvironment(portable.environment_config)
+    elif options.view_as(DirectOptions).direct_running_mode == "multi_processing":
+        environment = SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND)
+    else:
         return fn_runner.FnApiRunner(provision_info=provision), options
     flags = options.get_all_options(drop_default=True, retain_unknown_options=True)
-    flags["direct_running_mode"] = "in_memory"    # FnApiRunner's default: the environment below stands
-    engine = fn_runner.FnApiRunner(default_environment=SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND),
-                                   provision_info=provision)
+    flags["direct_running_mode"] = "in_memory"    # FnApiRunner's default: the environment above stands
+    engine = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
     return engine, PipelineOptions.from_dictionary(flags)
 
 

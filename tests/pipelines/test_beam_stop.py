@@ -1,10 +1,11 @@
-"""A planned stop of a Beam run: SIGTERM on the launcher ends the current round, exits 130, and
-``--resume`` ends the run bit-identically to the uninterrupted (local) one; ``metrics.jsonl`` has one
-``commit`` record per block across the stop, as a Dask run's.
+"""A planned stop of a Beam run: SIGTERM on the launcher (or SIGINT on its process group, a terminal's
+Ctrl-C) ends the current round, exits 130, and ``--resume`` ends the run bit-identically to the
+uninterrupted (local) one; ``metrics.jsonl`` has one ``commit`` record per block across the stop, as a
+Dask run's.
 
-The launcher runs as the CLI does (``python -m pipelines.train``) in a child process; SIGTERM goes to
-that process alone once its first round record exists (rounds of one block); the resumed launcher runs
-the remaining blocks as one round. About 40-60 s.
+The launcher runs as the CLI does (``python -m pipelines.train``) in a child process; the signal goes to
+that process (or its process group) once its first round record exists (rounds of one block); the
+resumed launcher runs the remaining blocks as one round. About 20-40 s each.
 """
 import json
 import os
@@ -29,17 +30,32 @@ def _cli(blocks_per_round, *args):
             *DIRECT, "--blocks_per_round", str(blocks_per_round), *args]
 
 
+def _foreground_sigint():
+    """In the child: SIGINT as in a terminal's foreground job (a shell without job control starts
+    background jobs with SIGINT ignored, which children inherit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_sigterm_stops_after_the_round_and_resume_equals_the_uninterrupted_run(tiny_local_run, tmp_path):
+@pytest.mark.parametrize("how", ["SIGTERM to the launcher", "SIGINT to the process group"])
+def test_a_planned_stop_ends_after_the_round_and_resume_equals_the_uninterrupted_run(tiny_local_run, tmp_path,
+                                                                                       how):
+    """SIGINT to the process group is a terminal's Ctrl-C: it reaches the round's warm worker process too,
+    which ignores it, so the round in flight still finishes (pipelines.beam.warm_workers)."""
     run_dir = str(tmp_path / "beam")
+    group = how.endswith("process group")
     child = subprocess.Popen(_cli(1, "--run-dir", run_dir), cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+                             stderr=subprocess.STDOUT, text=True, start_new_session=group,
+                             preexec_fn=_foreground_sigint if group else None)
     first_round = os.path.join(run_dir, "rounds", "r000000.json")
     deadline = time.time() + 600
     while not os.path.exists(first_round) and child.poll() is None and time.time() < deadline:
         time.sleep(0.2)
-    child.send_signal(signal.SIGTERM)
+    if group:
+        os.killpg(child.pid, signal.SIGINT)
+    else:
+        child.send_signal(signal.SIGTERM)
     out, _ = child.communicate(timeout=600)
     assert child.returncode == 130, out[-2000:]
     assert f"resume with: python -m pipelines.train --resume {run_dir}" in out, out[-2000:]
@@ -48,7 +64,8 @@ def test_sigterm_stops_after_the_round_and_resume_equals_the_uninterrupted_run(t
     assert not os.path.exists(os.path.join(run_dir, "summary.json"))
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
-    assert [(r["signal"], r["block"]) for r in records if r.get("kind") == "stopped"] == [("SIGTERM", len(stopped))]
+    assert [(r["signal"], r["block"]) for r in records if r.get("kind") == "stopped"] == \
+        [(how.split()[0], len(stopped))]
 
     # The rest in one round: a round's fixed cost (~10 s) dominates a TINY block, and the round size never
     # changes a run (test_beam_identity), so one round of the remaining blocks stands for any split of them.
@@ -57,7 +74,7 @@ def test_sigterm_stops_after_the_round_and_resume_equals_the_uninterrupted_run(t
     assert _rounds(run_dir) == [*stopped, list(range(len(stopped), 16))]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
-    _assert_same_run(tiny_local_run, (summary, run_dir), "local vs beam stopped by SIGTERM and resumed")
+    _assert_same_run(tiny_local_run, (summary, run_dir), f"local vs beam stopped by {how} and resumed")
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
     commits = [r for r in records if r["kind"] == "commit"]     # one per block, as the driver logs them

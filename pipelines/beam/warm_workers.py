@@ -1,0 +1,231 @@
+"""Warm worker processes for a training run's round pipelines on the DirectRunner.
+
+On the DirectRunner every round pipeline starts new SDK worker processes (one
+per ``--direct_num_workers``): each imports Beam (~1.5 s on a 2-core Zen 4) and,
+for the round's learner, TensorFlow (~3 s) before its first block, then exits.
+:class:`WarmWorkers` keeps that many worker processes for the whole run instead:
+a round's worker is an SDK harness (Beam's ``SdkHarness``, as Beam's own
+external worker pool runs it) started in one of them, so the imports are paid
+once per run.
+
+Each round still starts from durable data, as on Dataflow, where a round's
+workers are new machines: before a harness starts, the process drops the
+previous round's learner (:func:`pipelines.beam.learner.forget_learners`), so
+the round's first learner block builds the learner and restores its state
+from ``beam/learner``, exactly as a new process does. What stays are imported
+modules and TensorFlow's thread pools (the run's, set by the first round).
+
+To Beam it is an ``EXTERNAL`` environment: :func:`warm_options` adds
+``--environment_type EXTERNAL --environment_config 127.0.0.1:PORT`` and
+:func:`pipelines.executors.beam.runner_for` runs rounds there. PORT is this
+launcher's worker-pool service (Beam's ``BeamFnExternalWorkerPool``), bound
+to the loopback interface only; it hands each ``StartWorker`` to an idle
+process over the process's stdin and stdout (the processes listen on nothing).
+A process that died (killed, out of memory) is replaced at the next
+``StartWorker``; one that is serving a harness is never given a second.
+The processes ignore SIGINT (a terminal's Ctrl-C is the launcher's planned
+stop: the round in flight finishes) and end when the launcher closes them, or
+when their stdin closes because the launcher is gone.
+
+Example::
+
+    with warm_options(options) as options:     # options unchanged unless DirectRunner multi_processing
+        RoundLauncher(cfg, run_dir, options, ...).run()
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from typing import Any, Dict, Iterator, List, Optional
+
+#: Seconds a process may take to report a harness started (Beam's import on its first request included).
+START_TIMEOUT_S = 120.0
+#: Seconds a StartWorker waits for a busy process's harness to report its end before starting one more.
+IDLE_WAIT_S = 5.0
+
+
+class _Process:
+    """One warm worker process; ``busy`` until its harness reports the end (guarded by the pool's ``changed``)."""
+
+    def __init__(self, changed: threading.Condition) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.beam.warm_workers"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.busy = False
+        self.replies: List[Dict[str, Any]] = []
+        self.changed = changed
+        threading.Thread(target=self._read, name=f"warm-worker-{self.proc.pid}", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            with self.changed:
+                if "idle" in message:
+                    self.busy = False
+                else:
+                    self.replies.append(message)
+                self.changed.notify_all()
+        with self.changed:                     # the process ended
+            self.changed.notify_all()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def start(self, request_bytes: bytes) -> str:
+        """Ask the process (marked busy by the caller) to start a harness; its error text, or ""."""
+        with self.changed:
+            self.replies.clear()
+        try:
+            self.proc.stdin.write(json.dumps({"start": base64.b64encode(request_bytes).decode()}) + "\n")
+            self.proc.stdin.flush()
+        except OSError as e:
+            return f"warm Beam worker pid {self.proc.pid} is gone: {e}"
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.replies or not self.alive(), timeout=START_TIMEOUT_S):
+                return f"warm Beam worker pid {self.proc.pid} did not start a harness in {START_TIMEOUT_S:.0f} s"
+            if not self.replies:
+                return f"warm Beam worker pid {self.proc.pid} exited with status {self.proc.wait()}"
+            return self.replies[0].get("error", "")
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class WarmWorkers:
+    """``count`` warm worker processes behind one ``BeamFnExternalWorkerPool`` service on 127.0.0.1."""
+
+    def __init__(self, count: int) -> None:
+        import grpc
+        from apache_beam.portability.api import beam_fn_api_pb2_grpc
+        from concurrent import futures
+        self.changed = threading.Condition()
+        self.processes = [_Process(self.changed) for _ in range(max(1, count))]   # import while the launcher sets up
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warm-pool"))
+        port = self._server.add_insecure_port("127.0.0.1:0")
+        beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(self, self._server)
+        self._server.start()
+        self.address = f"127.0.0.1:{port}"
+
+    def _take_idle(self) -> _Process:
+        """An idle live process, marked busy: waits up to IDLE_WAIT_S for a harness that is ending to report
+        it, then starts one more process. Dead processes are dropped."""
+        with self.changed:
+            def idle() -> Optional[_Process]:
+                for p in [p for p in self.processes if not p.alive()]:
+                    self.processes.remove(p)
+                    p.close(0)
+                return next((p for p in self.processes if not p.busy), None)
+            self.changed.wait_for(idle, timeout=IDLE_WAIT_S if self.processes else 0)
+            p = idle()
+            if p is None:
+                p = _Process(self.changed)
+                self.processes.append(p)
+            p.busy = True
+            return p
+
+    def StartWorker(self, request, context):  # noqa: N802 - the gRPC service's method name
+        from apache_beam.portability.api import beam_fn_api_pb2
+        return beam_fn_api_pb2.StartWorkerResponse(error=self._take_idle().start(request.SerializeToString()))
+
+    def StopWorker(self, request, context):  # noqa: N802 - a harness ends when its pipeline closes it
+        from apache_beam.portability.api import beam_fn_api_pb2
+        return beam_fn_api_pb2.StopWorkerResponse()
+
+    def options(self, options):
+        """A copy of ``options`` with this pool as their ``EXTERNAL`` environment."""
+        from apache_beam.options.pipeline_options import PipelineOptions
+        flags = options.get_all_options(drop_default=True, retain_unknown_options=True)
+        return PipelineOptions.from_dictionary({**flags, "environment_type": "EXTERNAL",
+                                                "environment_config": self.address})
+
+    def pids(self) -> List[int]:
+        """The live processes' pids."""
+        return [p.proc.pid for p in self.processes if p.alive()]
+
+    def close(self) -> None:
+        self._server.stop(0)
+        for p in self.processes:
+            p.close()
+
+
+def wanted(options) -> bool:
+    """True for the DirectRunner in ``multi_processing`` mode with no environment of the user's."""
+    from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions
+    return (options.view_as(StandardOptions).runner in (None, "DirectRunner", "direct")
+            and options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+            and not options.view_as(PortableOptions).environment_type)
+
+
+@contextlib.contextmanager
+def warm_options(options) -> Iterator[Any]:
+    """``options`` with a :class:`WarmWorkers` pool as their ``EXTERNAL`` environment while the block runs
+    (:func:`wanted` options only; others are yielded unchanged). The pool is closed on every exit."""
+    if not wanted(options):
+        yield options
+        return
+    from apache_beam.options.pipeline_options import DirectOptions
+    pool = WarmWorkers(options.view_as(DirectOptions).direct_num_workers or os.cpu_count() or 1)
+    try:
+        yield pool.options(options)
+    finally:
+        pool.close()
+
+
+# --------------------------------------------------------------------------- the worker process
+def _serve() -> None:
+    """A warm worker process: one harness at a time, for each ``start`` line on stdin, until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    replies = os.fdopen(os.dup(1), "w", buffering=1)     # messages; anything else printed goes to stderr
+    os.dup2(2, 1)
+    import logging
+
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.worker import sdk_worker
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    write_lock = threading.Lock()
+
+    def reply(message: Dict[str, Any]) -> None:
+        with write_lock:
+            replies.write(json.dumps(message) + "\n")
+
+    harness: Optional[threading.Thread] = None
+
+    def run(h, worker_id: str) -> None:
+        try:
+            h.run()
+        finally:
+            reply({"idle": worker_id})
+
+    for line in sys.stdin:
+        request = beam_fn_api_pb2.StartWorkerRequest.FromString(base64.b64decode(json.loads(line)["start"]))
+        try:
+            if harness is not None:
+                harness.join()                  # the dispatcher sends no request to a busy process
+            from pipelines.beam.learner import forget_learners
+            forget_learners()                   # each round restores its learner from durable state
+            h = sdk_worker.SdkHarness(request.control_endpoint.url, worker_id=request.worker_id)
+            harness = threading.Thread(target=run, args=(h, request.worker_id), name="harness", daemon=True)
+            harness.start()
+            reply({"started": request.worker_id})
+        except Exception:  # noqa: BLE001 - the runner gets the traceback as StartWorker's error
+            reply({"error": traceback.format_exc()})
+
+
+if __name__ == "__main__":
+    from core.fast_exit import exit_now
+    _serve()
+    exit_now(0)
