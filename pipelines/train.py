@@ -249,6 +249,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         _close_progress_bars()
         raise Interrupted(interrupt_message(run_dir)) from None
+    except Exception as e:  # noqa: BLE001 - re-raised unless a Beam round lost its worker process
+        from pipelines.beam.warm_workers import WorkerLost     # its imports: the standard library's
+        if not isinstance(e, WorkerLost):
+            raise
+        _close_progress_bars()
+        print(f"error: {e}; {interrupt_message(run_dir).replace('interrupted', 'stopped', 1)}", file=sys.stderr)
+        return 1
     print_summary(summary)
     return 0
 

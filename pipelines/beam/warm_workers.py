@@ -22,7 +22,11 @@ launcher's worker-pool service (Beam's ``BeamFnExternalWorkerPool``), bound
 to the loopback interface only; it hands each ``StartWorker`` to an idle
 process over the process's stdin and stdout (the processes listen on nothing).
 A process that died (killed, out of memory) is replaced at the next
-``StartWorker``; one that is serving a harness is never given a second.
+``StartWorker``; one that is serving a harness is never given a second. One
+that dies while it serves a round would leave Beam's runner waiting for that
+round forever: :func:`warm_options` then raises :class:`WorkerLost` in the
+launcher's main thread (SIGUSR1 to itself), so the run ends with one line and
+``--resume`` continues after the last finished round.
 The processes ignore SIGINT (a terminal's Ctrl-C is the launcher's planned
 stop: the round in flight finishes) and end when the launcher closes them, or
 when their stdin closes because the launcher is gone.
@@ -43,7 +47,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 #: Seconds a process may take to report a harness started (Beam's import on its first request included).
 START_TIMEOUT_S = 120.0
@@ -51,15 +55,21 @@ START_TIMEOUT_S = 120.0
 IDLE_WAIT_S = 5.0
 
 
+class WorkerLost(RuntimeError):
+    """A warm worker process died while it served a round's harness: the round in flight is lost (Beam's
+    runner would wait for it forever), the blocks it finished keep their records, ``--resume`` goes on."""
+
+
 class _Process:
     """One warm worker process; ``busy`` until its harness reports the end (guarded by the pool's ``changed``)."""
 
-    def __init__(self, changed: threading.Condition) -> None:
+    def __init__(self, changed: threading.Condition, on_lost: Optional[Callable[[str], None]]) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "pipelines.beam.warm_workers"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.busy = False
+        self.closing = False
         self.replies: List[Dict[str, Any]] = []
-        self.changed = changed
+        self.changed, self.on_lost = changed, on_lost
         threading.Thread(target=self._read, name=f"warm-worker-{self.proc.pid}", daemon=True).start()
 
     def _read(self) -> None:
@@ -72,7 +82,11 @@ class _Process:
                     self.replies.append(message)
                 self.changed.notify_all()
         with self.changed:                     # the process ended
+            lost = self.busy and not self.closing
             self.changed.notify_all()
+        if lost and self.on_lost is not None:
+            self.on_lost(f"a Beam worker process (pid {self.proc.pid}) died during a round "
+                         f"(exit status {self.proc.wait()}): that round is lost")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -94,6 +108,7 @@ class _Process:
             return self.replies[0].get("error", "")
 
     def close(self, timeout_s: float = 10.0) -> None:
+        self.closing = True
         try:
             self.proc.stdin.close()
         except OSError:
@@ -108,17 +123,21 @@ class _Process:
 class WarmWorkers:
     """``count`` warm worker processes behind one ``BeamFnExternalWorkerPool`` service on 127.0.0.1."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, on_lost: Optional[Callable[[str], None]] = None) -> None:
+        """``on_lost(message)`` is called (from a reader thread) when a process dies while serving a harness."""
         import grpc
         from apache_beam.portability.api import beam_fn_api_pb2_grpc
         from concurrent import futures
-        self.changed = threading.Condition()
-        self.processes = [_Process(self.changed) for _ in range(max(1, count))]   # import while the launcher sets up
+        self.changed, self.on_lost = threading.Condition(), on_lost
+        self.processes = [self._new() for _ in range(max(1, count))]   # they import while the launcher sets up
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warm-pool"))
         port = self._server.add_insecure_port("127.0.0.1:0")
         beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(self, self._server)
         self._server.start()
         self.address = f"127.0.0.1:{port}"
+
+    def _new(self) -> _Process:
+        return _Process(self.changed, self.on_lost)
 
     def _take_idle(self) -> _Process:
         """An idle live process, marked busy: waits up to IDLE_WAIT_S for a harness that is ending to report
@@ -132,7 +151,7 @@ class WarmWorkers:
             self.changed.wait_for(idle, timeout=IDLE_WAIT_S if self.processes else 0)
             p = idle()
             if p is None:
-                p = _Process(self.changed)
+                p = self._new()
                 self.processes.append(p)
             p.busy = True
             return p
@@ -178,11 +197,66 @@ def warm_options(options) -> Iterator[Any]:
         yield options
         return
     from apache_beam.options.pipeline_options import DirectOptions
-    pool = WarmWorkers(options.view_as(DirectOptions).direct_num_workers or os.cpu_count() or 1)
+    lost: List[str] = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():   # else no handler: a lost round waits
+        def raise_lost(signum, frame) -> None:
+            raise WorkerLost(lost[-1])
+        previous = signal.signal(signal.SIGUSR1, raise_lost)
+
+    def on_lost(message: str) -> None:     # a reader thread: the main thread waits inside Beam's runner
+        lost.append(message)
+        if previous is not None:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+    pool = WarmWorkers(options.view_as(DirectOptions).direct_num_workers or os.cpu_count() or 1, on_lost)
     try:
-        yield pool.options(options)
+        with _quiet_about_a_lost_worker():
+            yield pool.options(options)
     finally:
         pool.close()
+        if previous is not None:
+            signal.signal(signal.SIGUSR1, previous)
+
+
+#: Beam's runner threads that read a worker's control and data streams: they die with a gRPC error, and
+#: print its traceback, when the worker process is gone; and what Beam's runner logs then, by logger.
+#: WorkerLost says it in one line instead.
+_STREAM_READERS = ("beam_control_read", "read_grpc_client_inputs")
+_LOST_STREAM_LOGS = {"apache_beam.runners.worker.data_plane": "Failed to read inputs in the data plane",
+                     "apache_beam.runners.portability.fn_api_runner.worker_handlers": "Error closing worker_handler"}
+
+
+class _Drop:
+    """A logging filter: drops records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def filter(self, record) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def _quiet_about_a_lost_worker() -> Iterator[None]:
+    import logging
+
+    import grpc
+    hook = threading.excepthook
+
+    def excepthook(args) -> None:
+        if not (issubclass(args.exc_type, grpc.RpcError) and args.thread is not None
+                and args.thread.name in _STREAM_READERS):
+            hook(args)
+    filters = [(logging.getLogger(name), _Drop(prefix)) for name, prefix in _LOST_STREAM_LOGS.items()]
+    threading.excepthook = excepthook
+    for logger, drop in filters:
+        logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        threading.excepthook = hook
+        for logger, drop in filters:
+            logger.removeFilter(drop)
 
 
 # --------------------------------------------------------------------------- the worker process

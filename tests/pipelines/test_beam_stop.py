@@ -9,6 +9,7 @@ resumed launcher runs the remaining blocks as one round. About 20-40 s each.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -80,3 +81,32 @@ def test_a_planned_stop_ends_after_the_round_and_resume_equals_the_uninterrupted
     commits = [r for r in records if r["kind"] == "commit"]     # one per block, as the driver logs them
     assert [(r["block"], r["shards"], r["rows"]) for r in commits] == [(b, 1, 128) for b in range(16)]
     assert [r["step"] for r in commits] == [128 * (b + 1) for b in range(16)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_worker_process_killed_during_a_round_ends_the_run_with_one_line_and_resume_finishes_it(tmp_path):
+    import psutil
+    run_dir = str(tmp_path / "beam")
+    child = subprocess.Popen(_cli(2, "--run-dir", run_dir), cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    block_2 = os.path.join(run_dir, "blocks", "b00000002-learn.json")   # round 1 learned block 2, not yet 3
+    deadline = time.time() + 300
+    while not os.path.exists(block_2) and child.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    workers = [p for p in psutil.Process(child.pid).children()
+               if "pipelines.beam.warm_workers" in " ".join(p.cmdline())]
+    assert len(workers) == 2, workers              # --direct_num_workers 2: one of them runs the round
+    for worker in workers:
+        worker.kill()                              # during round 1 (rounds of 2 blocks)
+    out, err = child.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("I0000", "WARNING: All"))]
+    assert child.returncode == 1, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    pids = "|".join(str(w.pid) for w in workers)
+    assert re.match(rf"error: a Beam worker process \(pid ({pids})\) died during a round \(exit status -9\): "
+                    r"that round is lost; stopped after Beam round 0 ", lines[-1]), err[-3000:]
+    assert lines[-1].endswith(f"resume with: python -m pipelines.train --resume {run_dir}"), err[-3000:]
+    resumed = subprocess.run(_cli(16, "--resume", run_dir), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert os.path.exists(os.path.join(run_dir, "summary.json"))

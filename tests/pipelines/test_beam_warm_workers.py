@@ -125,3 +125,12 @@ def _alive(pid):
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_process_that_dies_during_a_round_ends_the_round_with_worker_lost(tmp_path):
+    # Beam's runner would wait for the dead worker's bundle forever: the pool raises in the main thread.
+    opts = beam_executor.pipeline_options([], str(tmp_path), num_workers=1)
+    with warm_workers.warm_options(opts) as opts:
+        with pytest.raises(warm_workers.WorkerLost, match=r"died during a round \(exit status -9\)"):
+            beam_executor.run_pipeline(
+                lambda p: p | beam.Create([0]) | beam.Map(lambda _: os.kill(os.getpid(), signal.SIGKILL)), opts)
