@@ -158,7 +158,13 @@ class WarmWorkers:
 
     def StartWorker(self, request, context):  # noqa: N802 - the gRPC service's method name
         from apache_beam.portability.api import beam_fn_api_pb2
-        return beam_fn_api_pb2.StartWorkerResponse(error=self._take_idle().start(request.SerializeToString()))
+        process = self._take_idle()
+        error = process.start(request.SerializeToString())
+        if error:                                   # no harness runs there: the process is free again
+            with self.changed:
+                process.busy = False
+                self.changed.notify_all()
+        return beam_fn_api_pb2.StartWorkerResponse(error=error)
 
     def StopWorker(self, request, context):  # noqa: N802 - a harness ends when its pipeline closes it
         from apache_beam.portability.api import beam_fn_api_pb2
