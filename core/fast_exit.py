@@ -8,9 +8,10 @@ exit status. Nothing of ours depends on it: stores, checkpoints, locks and metri
 closed explicitly, and every clean-up that is registered runs.
 
 * :func:`exit_now` ends a CLI (``if __name__ == "__main__": exit_now(main())``), and the
-  DirectRunner's SDK worker processes (:mod:`pipelines.beam.sdk_worker`: one per worker per
-  round pipeline, each waited for). It is called after ``main`` returns, never from inside an
-  ``atexit`` handler: running the handlers from inside one (to end after them) hung Beam's worker.
+  DirectRunner's worker processes (:mod:`pipelines.beam.sdk_worker`, one per worker per
+  pipeline, each waited for; :mod:`pipelines.beam.warm_workers`). It is called after ``main``
+  returns, never from inside an ``atexit`` handler: running the handlers from inside one (to end
+  after them) hung Beam's worker.
 
 Example::
 

@@ -25,6 +25,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from core.fast_exit import exit_now
+from pipelines.beam.warm_workers import WorkerLost   # its module imports only the standard library
 from pipelines.cli import Interrupted, check_locations, cli_errors, parse_with_pipeline_args, print_table
 
 HELP_EPILOG = """
@@ -115,8 +116,9 @@ def check_pipeline_args(cfg, pipeline_args: List[str], offline_dataset: Optional
                           f"(pipeline options pass through only with --executor beam)")
 
 
-def interrupt_message(run_dir: str) -> str:
-    """The one line printed on Ctrl-C: how to resume, or why there is nothing to resume yet.
+def interrupt_message(run_dir: str, ended: str = "interrupted") -> str:
+    """The one line printed on Ctrl-C: how to resume, or why there is nothing to resume yet. ``ended``
+    names how the run ended (``stopped`` after a lost Beam worker).
 
     A Beam run resumes from its newest round record (``rounds/r<round>.json``), which it may have before
     its first periodic checkpoint; any other run from its newest checkpoint."""
@@ -125,16 +127,16 @@ def interrupt_message(run_dir: str) -> str:
     resume = f"resume with: python -m pipelines.train --resume {run_dir}"
     beam_round = _newest_beam_round(run_dir)
     if beam_round is not None:
-        return f"interrupted after Beam round {beam_round[0]} (blocks 0-{beam_round[1]} done); {resume}"
+        return f"{ended} after Beam round {beam_round[0]} (blocks 0-{beam_round[1]} done); {resume}"
     try:
         with Checkpointer(urls.join(run_dir, "checkpoints")) as ckpt:
             step = ckpt.latest_step()
     except Exception:  # noqa: BLE001 - unreadable: say so below rather than fail while exiting
         step = None
     if step is None:
-        return (f"interrupted before the first complete checkpoint; nothing to resume in {run_dir}: "
+        return (f"{ended} before the first complete checkpoint; nothing to resume in {run_dir}: "
                 "start again with a new --run-dir")
-    return f"interrupted at checkpoint step {step}; {resume}"
+    return f"{ended} at checkpoint step {step}; {resume}"
 
 
 def _newest_beam_round(run_dir: str) -> Optional[Tuple[int, int]]:
@@ -249,12 +251,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         _close_progress_bars()
         raise Interrupted(interrupt_message(run_dir)) from None
-    except Exception as e:  # noqa: BLE001 - re-raised unless a Beam round lost its worker process
-        from pipelines.beam.warm_workers import WorkerLost     # its imports: the standard library's
-        if not isinstance(e, WorkerLost):
-            raise
+    except WorkerLost as e:                      # a Beam round lost its worker process
         _close_progress_bars()
-        print(f"error: {e}; {interrupt_message(run_dir).replace('interrupted', 'stopped', 1)}", file=sys.stderr)
+        print(f"error: {e}; {interrupt_message(run_dir, ended='stopped')}", file=sys.stderr)
         return 1
     print_summary(summary)
     return 0

@@ -172,10 +172,8 @@ class WarmWorkers:
 
     def options(self, options):
         """A copy of ``options`` with this pool as their ``EXTERNAL`` environment."""
-        from apache_beam.options.pipeline_options import PipelineOptions
-        flags = options.get_all_options(drop_default=True, retain_unknown_options=True)
-        return PipelineOptions.from_dictionary({**flags, "environment_type": "EXTERNAL",
-                                                "environment_config": self.address})
+        from pipelines.executors.beam import with_flags
+        return with_flags(options, environment_type="EXTERNAL", environment_config=self.address)
 
     def pids(self) -> List[int]:
         """The live processes' pids."""
@@ -189,8 +187,9 @@ class WarmWorkers:
 
 def wanted(options) -> bool:
     """True for the DirectRunner in ``multi_processing`` mode with no environment of the user's."""
-    from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions
-    return (options.view_as(StandardOptions).runner in (None, "DirectRunner", "direct")
+    from apache_beam.options.pipeline_options import DirectOptions, PortableOptions
+    from pipelines.executors.beam import is_direct_runner
+    return (is_direct_runner(options)
             and options.view_as(DirectOptions).direct_running_mode == "multi_processing"
             and not options.view_as(PortableOptions).environment_type)
 
@@ -275,6 +274,8 @@ def _serve() -> None:
 
     from apache_beam.portability.api import beam_fn_api_pb2
     from apache_beam.runners.worker import sdk_worker
+
+    from pipelines.beam.learner import forget_learners
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     write_lock = threading.Lock()
 
@@ -295,7 +296,6 @@ def _serve() -> None:
         try:
             if harness is not None:
                 harness.join()                  # the dispatcher sends no request to a busy process
-            from pipelines.beam.learner import forget_learners
             forget_learners()                   # each round restores its learner from durable state
             h = sdk_worker.SdkHarness(request.control_endpoint.url, worker_id=request.worker_id)
             harness = threading.Thread(target=run, args=(h, request.worker_id), name="harness", daemon=True)

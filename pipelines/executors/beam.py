@@ -7,10 +7,11 @@ It only decides *where* a pipeline runs:
   DirectRunner in ``multi_processing`` mode with one SDK worker process per
   core, because rollouts are CPU-bound Python (``multi_threading`` is held by
   the GIL, ``in_memory`` is one process). ``--direct_running_mode`` and
-  ``--direct_num_workers`` given by the user win. In that mode
-  :func:`run_pipeline` runs Beam's portable runner (the DirectRunner's own
-  engine) with :data:`WORKER_COMMAND` as the worker process: Beam's worker,
-  ended without the interpreter's teardown (:mod:`pipelines.beam.sdk_worker`).
+  ``--direct_num_workers`` given by the user win. :func:`runner_for` runs
+  DirectRunner pipelines on Beam's batch engine (``FnApiRunner``), in that
+  mode with :data:`WORKER_COMMAND` as the worker process (Beam's worker, ended
+  without the interpreter's teardown: :mod:`pipelines.beam.sdk_worker`), or
+  on a training run's warm worker processes (:mod:`pipelines.beam.warm_workers`).
 * Any other runner (``--runner DataflowRunner --project P --region R
   --temp_location gs://... --setup_file ./setup.py``): every option passes
   through untouched. Workers on other machines cannot see the launcher's
@@ -98,6 +99,19 @@ def pipeline_options(pipeline_args: Sequence[str], run_dir: str, num_workers: Op
     return PipelineOptions(args)
 
 
+def is_direct_runner(options) -> bool:
+    """True where ``options`` run on the DirectRunner (no ``--runner``, or ``DirectRunner`` / ``direct``)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+    return options.view_as(StandardOptions).runner in (None, "DirectRunner", "direct")
+
+
+def with_flags(options, **flags):
+    """A copy of ``options`` (the flags given to them, unknown ones included) with ``flags`` set."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    return PipelineOptions.from_dictionary(
+        {**options.get_all_options(drop_default=True, retain_unknown_options=True), **flags})
+
+
 def runner_for(options):
     """``(runner, options)`` to run a pipeline with.
 
@@ -111,12 +125,12 @@ def runner_for(options):
     whose running mode no longer overrides that environment (``--direct_num_workers`` stands; the
     workers still see the options as given).
     """
-    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
+    from apache_beam.options.pipeline_options import DirectOptions, PortableOptions
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
     from apache_beam.transforms.environments import ExternalEnvironment, SubprocessSDKEnvironment
-    if options.view_as(StandardOptions).runner not in (None, "DirectRunner", "direct"):
+    if not is_direct_runner(options):
         return None, options
     provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
         pipeline_options=JobServiceHandle.encode_pipeline_options(options.get_all_options())))
@@ -127,10 +141,9 @@ def runner_for(options):
         environment = SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND)
     else:
         return fn_runner.FnApiRunner(provision_info=provision), options
-    flags = options.get_all_options(drop_default=True, retain_unknown_options=True)
-    flags["direct_running_mode"] = "in_memory"    # FnApiRunner's default: the environment above stands
     engine = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
-    return engine, PipelineOptions.from_dictionary(flags)
+    # FnApiRunner's default running mode, so that the environment above stands:
+    return engine, with_flags(options, direct_running_mode="in_memory")
 
 
 def run_pipeline(build: Callable, options) -> None:
