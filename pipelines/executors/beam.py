@@ -123,7 +123,8 @@ def runner_for(options):
     ``--environment_type EXTERNAL --environment_config HOST:PORT`` the worker pool there (a training
     run's warm workers, :mod:`pipelines.beam.warm_workers`). Then the runner gets a copy of ``options``
     whose running mode no longer overrides that environment (``--direct_num_workers`` stands; the
-    workers still see the options as given).
+    workers still see the options as given), and the engine's gRPC servers for those workers listen on
+    the loopback interface only (:mod:`pipelines.executors.beam_loopback`; Beam binds all interfaces).
     """
     from apache_beam.options.pipeline_options import DirectOptions, PortableOptions
     from apache_beam.portability.api import beam_provision_api_pb2
@@ -141,6 +142,8 @@ def runner_for(options):
         environment = SubprocessSDKEnvironment.from_command_string(WORKER_COMMAND)
     else:
         return fn_runner.FnApiRunner(provision_info=provision), options
+    from pipelines.executors import beam_loopback
+    beam_loopback.install()     # its servers for these workers: loopback only, not Beam's [::]
     engine = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
     # FnApiRunner's default running mode, so that the environment above stands:
     return engine, with_flags(options, direct_running_mode="in_memory")

@@ -22,6 +22,7 @@ from core.config import ConfigError  # noqa: E402
 from core.actor import ActorSpec  # noqa: E402
 from pipelines.beam import policy_files  # noqa: E402
 from pipelines.executors import beam as beam_executor  # noqa: E402
+from beam_probes import is_loopback, listening_probe  # noqa: E402
 
 DATAFLOW_ARGS = ["--runner", "DataflowRunner", "--project", "my-project", "--region", "europe-west4",
                  "--temp_location", "gs://my-bucket/tmp", "--job_name", "databloom-test"]
@@ -126,6 +127,30 @@ def test_direct_runner_workers_are_our_worker_module_and_the_pipeline_completes(
     seen = json.loads(out.read_text())
     assert len(seen) == 3 and {name for name, _ in seen} == {"pipelines.beam.sdk_worker"}
     assert {pid for _, pid in seen} != {os.getpid()}
+
+
+@pytest.mark.slow
+def test_the_runners_servers_for_its_worker_processes_listen_on_loopback_only(tmp_path):
+    """Beam binds the FnApiRunner's control, data, state and logging servers, and a per-pipeline worker's
+    logging server, to [::] (every interface); runner_for makes them listen on loopback only."""
+    out = tmp_path / "listening.json"
+    probe = listening_probe(os.getpid())
+    beam_executor.run_pipeline(lambda p: p | beam.Create([0]) | beam.Map(probe)
+                               | beam.Map(lambda seen: out.write_text(json.dumps(seen))),
+                               beam_executor.pipeline_options([], str(tmp_path), num_workers=1))
+    seen = json.loads(out.read_text())
+    assert len(seen) >= 5, seen                      # the four servers and the worker's logging server
+    assert all(is_loopback(ip) for ip, _ in seen), seen
+
+
+def test_a_wildcard_listening_address_becomes_loopback_and_others_stay():
+    from pipelines.executors.beam_loopback import loopback_address
+    assert loopback_address("[::]:0") == "localhost:0"
+    assert loopback_address("0.0.0.0:8099") == "localhost:8099"
+    assert loopback_address(":0") == "localhost:0"
+    assert loopback_address("localhost:0") == "localhost:0"
+    assert loopback_address("10.0.0.5:0") == "10.0.0.5:0"
+    assert loopback_address("[::1]:0") == "[::1]:0"
 
 
 def test_dataflow_options_pass_through_untouched():

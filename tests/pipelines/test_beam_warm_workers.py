@@ -13,6 +13,7 @@ pytest.importorskip("apache_beam")
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
+from beam_probes import is_loopback, listening_probe  # noqa: E402
 from pipelines.beam import warm_workers  # noqa: E402
 from pipelines.executors import beam as beam_executor  # noqa: E402
 
@@ -100,6 +101,12 @@ def test_the_runner_uses_the_pool_named_by_the_options(pool, tmp_path):
     env = runner._default_environment
     assert isinstance(env, ExternalEnvironment) and env.url == pool.address
     assert isinstance(opts, PipelineOptions)
+
+
+def test_every_server_of_a_round_on_the_pool_listens_on_loopback_only(pool, tmp_path):
+    seen = _round(pool, tmp_path, "listening", listening_probe(os.getpid()))
+    assert len(seen) >= 5, seen      # the pool's service and the runner's control, data, state and logging
+    assert all(is_loopback(ip) for ip, _ in seen), seen
 
 
 def test_the_processes_end_when_their_launcher_is_killed():
