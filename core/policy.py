@@ -30,11 +30,16 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import numpy as np
 
+from core import native_logs
 from core.quantize import PolicyPayload
+
+#: Whether this process built its first interpreter, at which LiteRT logs its XNNPACK notice (once).
+_first_interpreter_built = False
 
 
 class _Runner:
@@ -46,13 +51,16 @@ class _Runner:
         if not payload.has_network:      # PolicyPayload.uniform: zeros, no interpreter
             self.interpreter = None
             return
+        global _first_interpreter_built
         from ai_edge_litert.interpreter import Interpreter
-        self.interpreter = Interpreter(model_content=payload.data, num_threads=num_threads)
-        in_detail = self.interpreter.get_input_details()[0]
-        out_detail = self.interpreter.get_output_details()[0]
-        self.interpreter.resize_tensor_input(in_detail["index"], [batch_size, payload.input_dim],
-                                             strict=False)
-        self.interpreter.allocate_tensors()
+        with contextlib.nullcontext() if _first_interpreter_built else native_logs.notices_dropped():
+            self.interpreter = Interpreter(model_content=payload.data, num_threads=num_threads)
+            in_detail = self.interpreter.get_input_details()[0]
+            out_detail = self.interpreter.get_output_details()[0]
+            self.interpreter.resize_tensor_input(in_detail["index"], [batch_size, payload.input_dim],
+                                                 strict=False)
+            self.interpreter.allocate_tensors()
+        _first_interpreter_built = True
         # Callables returning fresh numpy views of the tensors' memory.
         self.input_view = self.interpreter.tensor(in_detail["index"])
         self.output_view = self.interpreter.tensor(out_detail["index"])

@@ -39,8 +39,11 @@ import sys
 import uuid
 import warnings
 
-# Quiet TensorFlow's C++ start-up chatter before anything imports TF.
+# Quiet TensorFlow's C++ start-up chatter before anything imports TF: its notices below WARNING, and the
+# two it logs before reading that setting (core.native_logs), wherever this process first imports it.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from core.native_logs import quiet_tensorflow_import  # noqa: E402
+quiet_tensorflow_import()
 warnings.filterwarnings("ignore", message="Statistics for quantized inputs were expected")
 from typing import Callable, List, Optional, Sequence, Tuple, Type
 

@@ -29,5 +29,7 @@ if __name__ == "__main__":
     from apache_beam.runners.worker import sdk_worker_main
 
     from core.fast_exit import exit_now
+    from core.native_logs import quiet_tensorflow_import
+    quiet_tensorflow_import()
     sdk_worker_main.main(sys.argv)
     exit_now(0)

@@ -280,6 +280,9 @@ def _serve() -> None:
     os.dup2(2, 1)
     import logging
 
+    from core.native_logs import quiet_tensorflow_import
+    quiet_tensorflow_import()                             # the first round's learner imports it
+
     from apache_beam.portability.api import beam_fn_api_pb2
     from apache_beam.runners.worker import sdk_worker
 
