@@ -173,6 +173,26 @@ def test_burn_in_rows_receive_no_gradient_and_are_masked_out_of_the_loss():
     np.testing.assert_array_equal(valid[0], [0, 0, 0, 1, 1, 1, 1, 0])
 
 
+@pytest.mark.parametrize("burn_in", [0, 3, 8])
+def test_unroll_is_the_step_model_called_once_per_row_bit_for_bit_eager_and_traced(burn_in):
+    """The learner's unroll (two graph loops, core.agents.r2d2.networks) computes exactly the Q-values of
+    ``L`` calls of the step model the actors run, from the same stored state, eagerly and inside a graph."""
+    import tensorflow as tf
+    from core.agents.r2d2.networks import recurrent_q_network, step, unroll
+    net = recurrent_q_network(2, 2, [16], 8, [16], seed=1)
+    rng = np.random.default_rng(0)
+    obs = tf.constant(rng.standard_normal((4, 8, 2)).astype(np.float32))
+    h0, c0 = (tf.constant(rng.standard_normal((4, 8)).astype(np.float32)) for _ in range(2))
+    h, c, calls = h0, c0, []
+    for t in range(8):
+        q, h, c = step(net, obs[:, t], h, c, 2)
+        calls.append(q.numpy())
+    expected = np.stack(calls, axis=1)
+    traced = tf.function(lambda o, h, c: unroll(net, o, h, c, 2, burn_in=burn_in))
+    assert np.array_equal(unroll(net, obs, h0, c0, 2, burn_in=burn_in).numpy(), expected)
+    assert np.array_equal(traced(obs, h0, c0).numpy(), expected)
+
+
 def _rollout(payload, steps=60, num_envs=3):
     from core.actor import ActorSpec
     from core.rollout import run_rollout_task
@@ -303,10 +323,11 @@ def test_r2d2_learns_pomdp_cartpole_with_central_inference(tmp_path):
 
     The shipped config with ``inference=central`` reaches the config's bar within the config's own budget
     (250k env steps; the run stops at the target): the first evaluation whose mean reaches 400 is
-    confirmed on 100 fresh episodes. Seed 0 got there at 75,776 env steps (430.5) on an AVX-512 host and
-    at 171,008 (427.8, 296 s) on an AVX2-only one, whose TensorFlow kernels round differently: the
+    confirmed on 100 fresh episodes. Seed 0 got there at 115,712 env steps locally on an AVX-512 host (the
+    unroll in graph loops, 2026-12-07; 75,776 before, whose gradients summed in another order), and
+    before that change at 171,008 (427.8, 296 s) on an AVX2-only one, whose TensorFlow kernels round differently: the
     trajectory is the host's, so the budget is the config's, not one host's stopping point (5 seeds:
-    5/5, median 135k env steps, benchmarks/RESULTS.md). A feed-forward DQN peaks at 45 on these
+    5/5, median 116k env steps, benchmarks/RESULTS.md). A feed-forward DQN peaks at 45 on these
     observations. It is R2D2's learning test for local inference too: a central
     run is the local run bit for bit (test_r2d2_central_run_is_the_local_run), so
     a separate local run to a lower bar (it had one, to 300) repeats the same
