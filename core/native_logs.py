@@ -33,7 +33,7 @@ NOTICES = (
     "oneDNN custom operations are on.",
     "Created TensorFlow Lite XNNPACK delegate for CPU.",
 )
-_lock = threading.RLock()     # one block at a time per process (nested blocks are fine)
+_lock = threading.RLock()     # one block at a time per process (a nested block in the same thread is fine)
 
 
 def _forward(read_fd: int, out_fd: int) -> None:
@@ -61,8 +61,16 @@ DRAIN_S = 2.0
 
 @contextlib.contextmanager
 def notices_dropped() -> Iterator[None]:
-    """Run the block with :data:`NOTICES` lines kept off stderr (fd 2); every other line passes at once."""
-    with _lock:
+    """Run the block with :data:`NOTICES` lines kept off stderr (fd 2); every other line passes at once.
+
+    One block at a time per process. A thread that enters while another thread's block runs does not wait
+    for it (an actor's first interpreter must not wait for TensorFlow's import): its lines already pass
+    through that block's filter while it lasts.
+    """
+    if not _lock.acquire(blocking=False):
+        yield
+        return
+    try:
         sys.stderr.flush()
         try:
             saved = os.dup(2)
@@ -82,6 +90,8 @@ def notices_dropped() -> Iterator[None]:
             os.dup2(saved, 2)          # closes the pipe's last write end: the forwarder drains it and ends
             os.close(saved)
             forwarder.join(DRAIN_S)
+    finally:
+        _lock.release()
 
 
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):

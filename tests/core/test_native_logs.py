@@ -69,3 +69,21 @@ def test_the_quickstarts_run_prints_none_of_the_notices(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     noticed = [line for line in (out.stdout + out.stderr).splitlines() if any(n in line for n in native_logs.NOTICES)]
     assert not noticed, noticed
+
+
+def test_a_second_thread_does_not_wait_for_a_running_block_and_its_notices_are_dropped_by_it(capfd):
+    import threading
+    inside, done = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait()
+        with native_logs.notices_dropped():          # returns at once: the first block is running
+            os.write(2, f"{XNNPACK}\nfrom the other thread\n".encode())
+        done.set()
+    t = threading.Thread(target=other)
+    t.start()
+    with native_logs.notices_dropped():
+        inside.set()
+        assert done.wait(10)                         # it finished while this block still runs
+    t.join()
+    assert capfd.readouterr().err == "from the other thread\n"
