@@ -33,7 +33,12 @@ NOTICES = (
     "oneDNN custom operations are on.",
     "Created TensorFlow Lite XNNPACK delegate for CPU.",
 )
+_NOTICE_BYTES = tuple(n.encode() for n in NOTICES)
 _lock = threading.RLock()     # one block at a time per process (a nested block in the same thread is fine)
+
+
+def _is_notice(line: bytes) -> bool:
+    return any(n in line for n in _NOTICE_BYTES)
 
 
 def _forward(read_fd: int, out_fd: int) -> None:
@@ -46,11 +51,10 @@ def _forward(read_fd: int, out_fd: int) -> None:
                 break
             pending += chunk
             *lines, pending = pending.split(b"\n")
-            kept = b"".join(line + b"\n" for line in lines
-                            if not any(n.encode() in line for n in NOTICES))
+            kept = b"".join(line + b"\n" for line in lines if not _is_notice(line))
             if kept:
                 out.write(kept)
-        if pending and not any(n.encode() in pending for n in NOTICES):
+        if pending and not _is_notice(pending):
             out.write(pending)
 
 

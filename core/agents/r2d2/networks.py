@@ -176,7 +176,8 @@ def unroll(net, obs, h0, c0, num_actions: int, burn_in: int = 0):
 def _unroll_steps(net, obs, h0, c0, num_actions: int, burn_in: int):
     """:func:`unroll` as ``L`` calls of the step model, in two graph loops: the burn-in steps (cut from the
     gradient) and the learning steps. A loop traces the step model once, not ``L`` times: an R2D2 learner's
-    first step (trace and graph optimization) took 8.4 s with the ``L`` calls unrolled in the graph."""
+    first step (trace and graph optimization) took 7-9 s with the ``L`` calls unrolled in the graph, 1.6-2.4 s
+    in loops (benchmarks/micro/r2d2_first_step.py)."""
     import tensorflow as tf
     length = obs.shape[1]
     steps = tf.transpose(obs, [1, 0, 2])            # [L, B, D]: step t reads row t
