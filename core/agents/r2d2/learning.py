@@ -66,6 +66,8 @@ class R2D2Learner:
                                                global_clipnorm=cfg.max_grad_norm)
         self.optimizer.build(self.q.trainable_variables)
         self.num_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_steps")
+        # One step, traced once; XLA (cfg.jit_compile) compiles it for this CPU on the first call.
+        self._train_step = tf.function(self._update, reduce_retracing=True, jit_compile=cfg.jit_compile)
 
     @property
     def policy_model(self):
@@ -91,10 +93,6 @@ class R2D2Learner:
                 t.assign(s)
         q_mean = tf.reduce_sum(q_taken * valid) / tf.maximum(tf.reduce_sum(valid), 1.0)
         return loss, td, q_mean
-
-    @tf.function(reduce_retracing=True)
-    def _train_step(self, obs, h0, c0, action, ret, boot, disc, valid, weight):
-        return self._update(obs, h0, c0, action, ret, boot, disc, valid, weight)
 
     @property
     def history(self) -> int:
