@@ -15,6 +15,9 @@ Example::
 
     git worktree add /tmp/base HEAD~1
     python benchmarks/micro/r2d2_first_step.py --base /tmp/base --tree . --repeats 3
+    # one checkout, XLA off and on, on the pixel config:
+    python benchmarks/micro/r2d2_first_step.py --base . --tree . --config configs/catch-r2d2.yaml \
+        --set agent.jit_compile=false --tree-set agent.jit_compile=true --steps 20
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 from core.agents.registry import get_builder
 from core.config import load_config
 from core.envs import env_spec
-cfg = load_config({config!r}, [])
+cfg = load_config({config!r}, {overrides!r})
 spec = env_spec(cfg.env.id)
 learner = get_builder("r2d2").make_learner(spec, cfg.agent, 0)
 b, length, hs = cfg.agent.batch_size, cfg.agent.sequence_length, cfg.agent.lstm_size
@@ -63,8 +66,8 @@ print(json.dumps({{"first_s": first, "step_ms": (time.perf_counter() - t) / {ste
 """
 
 
-def measure(tree: str, config: str, steps: int) -> Dict:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(config=config, steps=steps)], cwd=tree,
+def measure(tree: str, config: str, steps: int, overrides: List[str]) -> Dict:
+    out = subprocess.run([sys.executable, "-c", CHILD.format(config=config, steps=steps, overrides=overrides)], cwd=tree,
                          capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise SystemExit(f"error: the measurement in {tree} failed: {out.stderr.strip().splitlines()[-1:]}")
@@ -78,18 +81,30 @@ def main(argv: List[str] | None = None) -> int:
     p.add_argument("--config", default="configs/pomdp-cartpole-r2d2.yaml", help="the R2D2 config (default: POMDP CartPole)")
     p.add_argument("--repeats", type=int, default=3, help="fresh processes per checkout, alternating (default 3)")
     p.add_argument("--steps", type=int, default=200, help="steady steps timed after the first four (default 200)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for both checkouts (repeatable)")
+    p.add_argument("--tree-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for --tree only (repeatable): one checkout, two settings, with --base .")
     args = p.parse_args(argv)
     for tree in (args.base, args.tree):
         if not os.path.isfile(os.path.join(tree, args.config)):
             p.error(f"{tree} has no {args.config}: --base and --tree are checkouts of this repository")
+    from core.config import ConfigError, load_config
+    for overrides in (args.set, args.set + args.tree_set):
+        try:
+            load_config(os.path.join(args.tree, args.config), overrides)
+        except ConfigError as e:
+            p.error(str(e))
     runs: Dict[str, List[Dict]] = {"base": [], "tree": []}
     for i in range(args.repeats):
         for name in (("base", "tree") if i % 2 == 0 else ("tree", "base")):
-            runs[name].append(measure(getattr(args, name), args.config, args.steps))
+            overrides = args.set + (args.tree_set if name == "tree" else [])
+            runs[name].append(measure(getattr(args, name), args.config, args.steps, overrides))
             print(f"repeat {i + 1} {name}: first step {runs[name][-1]['first_s']:.2f} s, "
                   f"steady {runs[name][-1]['step_ms']:.2f} ms", flush=True)
     med = {n: {k: statistics.median(r[k] for r in rs) for k in ("first_s", "step_ms")} for n, rs in runs.items()}
-    print(f"\nmachine: {machine_info()}\ncommit: {git_state()}  config: {args.config}")
+    print(f"\nmachine: {machine_info()}\ncommit: {git_state()}  config: {args.config}  "
+          f"--set {args.set}  --tree-set {args.tree_set}")
     print("| checkout | first step (s) | steady step (ms) | losses of steps 1-4 |\n|---|---|---|---|")
     for n in ("base", "tree"):
         print(f"| {n} ({getattr(args, n)}) | {med[n]['first_s']:.2f} | {med[n]['step_ms']:.2f} | "

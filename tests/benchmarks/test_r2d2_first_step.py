@@ -17,6 +17,14 @@ def test_a_base_that_is_not_a_checkout_is_one_line_and_exit_2(tmp_path):
         f"{tmp_path} has no configs/pomdp-cartpole-r2d2.yaml: --base and --tree are checkouts of this repository")
 
 
+def test_a_bad_override_is_one_line_and_exit_2():
+    out = subprocess.run([sys.executable, SCRIPT, "--base", ".", "--tree-set", "agent.jit_compile=maybe"], cwd=REPO,
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].endswith(
+        "error: config key 'agent.jit_compile' must be true or false, got 'maybe'"), out.stderr
+
+
 @pytest.mark.slow
 def test_this_checkout_against_itself_prints_both_rows_with_equal_losses():
     out = subprocess.run([sys.executable, SCRIPT, "--base", ".", "--tree", ".", "--repeats", "1", "--steps", "2"],

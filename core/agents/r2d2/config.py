@@ -61,10 +61,11 @@ class R2D2Config:
     priority_eta: float = 0.9          # p = eta max|delta| + (1 - eta) mean|delta|
     priority_exponent: float = 0.9     # alpha in P(i) ~ p_i^alpha
     importance_exponent: float = 0.6   # beta in w_i = (N P(i))^-beta
-    # XLA-compile the learner step (online and target unrolls, gradient, Adam). The vector path's small
-    # LSTM step is op dispatch more than arithmetic, which XLA fuses: on Zen 4 POMDP CartPole's step runs
-    # in about half the time (benchmarks/micro/r2d2_first_step.py), and its first call costs ~1.5 s more.
-    # Off by default: the pixel torso's convolutions are oneDNN's strength, not XLA's.
+    # XLA-compile the learner step (online and target unrolls, gradient, Adam). A small LSTM step is op
+    # dispatch more than arithmetic, which XLA fuses: on Zen 4 (benchmarks/micro/r2d2_first_step.py) POMDP
+    # CartPole's step takes 0.63x the time, its first call 1.8 s more. Off by default: on pixels
+    # (configs/catch-r2d2.yaml, Nature-CNN torso) the step takes 1.17x the time, convolutions being oneDNN's
+    # strength, not XLA's.
     jit_compile: bool = False
     epsilon: EpsilonLadderConfig = dataclasses.field(default_factory=EpsilonLadderConfig)
 

@@ -323,19 +323,20 @@ def test_r2d2_learns_pomdp_cartpole_with_central_inference(tmp_path):
 
     The shipped config with ``inference=central`` reaches the config's bar within the config's own budget
     (250k env steps; the run stops at the target): the first evaluation whose mean reaches 400 is
-    confirmed on 100 fresh episodes. Seed 0 got there at 115,712 env steps locally on an AVX-512 host (the
-    unroll in graph loops, 2026-12-07; 75,776 before, whose gradients summed in another order), and
-    before that change at 171,008 (427.8, 296 s) on an AVX2-only one, whose TensorFlow kernels round differently: the
-    trajectory is the host's, so the budget is the config's, not one host's stopping point (5 seeds:
-    5/5, median 116k env steps, benchmarks/RESULTS.md). A feed-forward DQN peaks at 45 on these
-    observations. It is R2D2's learning test for local inference too: a central
-    run is the local run bit for bit (test_r2d2_central_run_is_the_local_run), so
-    a separate local run to a lower bar (it had one, to 300) repeats the same
-    training for two more CI minutes.
+    confirmed on 100 fresh episodes. The learning claim is the 5-seed sweep (benchmarks/RESULTS.md:
+    5/5 reach 400 and end there, XLA learner step, 2026-12-07: 145k, 95k, 206k, 215k, 126k env steps
+    for seeds 0-4). This test runs seed 1 (95k locally on an AVX-512 host, about a minute) rather than the
+    config's seed 0 (145k), to keep CI short; any seed is the same regression guard, and a host whose
+    kernels round differently follows its own trajectory, so the budget is the config's, not one host's
+    stopping point. A feed-forward DQN peaks at 45 on these observations. It is R2D2's learning test
+    for local inference too: a central run is the local run bit for bit
+    (test_r2d2_central_run_is_the_local_run), so a separate local run to a lower bar repeats the same
+    training for more CI minutes.
     """
     from core.config import load_config
     from pipelines.train import train
-    cfg = load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"), ["executor=local", "inference=central"])
+    cfg = load_config(os.path.join("configs", "pomdp-cartpole-r2d2.yaml"),
+                      ["executor=local", "inference=central", "seed=1"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
     assert cfg.eval.target_return == 400 and cfg.eval.confirm_episodes == 100 and cfg.eval.stop_at_target
     assert summary["best_eval_return"] >= 400 and summary["env_steps_to_target"] is not None, \
