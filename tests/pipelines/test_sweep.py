@@ -1,16 +1,15 @@
 """python -m pipelines.sweep: spec checks, run names, outcomes, the report, and real sweeps stopped and resumed.
 
 Fast tests (seconds) drive the sweep with a stand-in trainer (a tiny Python script in place of
-``python -m pipelines.train``) or with synthetic run directories. The slow ones run real tiny runs: two
-configs (configs/default.yaml and a copy named ``other``) x two settings (actors.precision fp32,
-int8-dynamic) x two seeds = 8 runs of 2,048 env steps, on ``local`` and on an embedded Dask cluster,
+``python -m pipelines.train``) or with synthetic run directories. The slow ones run real tiny runs:
+configs/default.yaml x two settings (actors.precision fp32, int8-dynamic) x two seeds = 4 runs of 2,048 env
+steps (two at a time, so the stop comes in the second pair), on ``local`` and on an embedded Dask cluster,
 SIGTERMed once a run finished and another had a checkpoint, and resumed; every run must finish exactly once
 and end with the parameters of the same run started alone (the runs alone are shared by the two executors'
 tests: the same arguments give the same run).
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -288,14 +287,6 @@ def _stop_partway(args, sweep_dir, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def other_config(tmp_path_factory):
-    """A copy of configs/default.yaml named other.yaml, one path for both executors' tests."""
-    other = tmp_path_factory.mktemp("configs") / "other.yaml"
-    shutil.copyfile(DEFAULT, other)
-    return str(other)
-
-
-@pytest.fixture(scope="module")
 def runs_alone(tmp_path_factory):
     """``params(runs)``: each run's final parameters when started alone (``pipelines.train`` with the run's own
     arguments), started together, each once per module: the two executors' tests share them."""
@@ -322,9 +313,9 @@ def runs_alone(tmp_path_factory):
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("executor", ["local", "dask"])
 def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_run_alone(
-        tmp_path, executor, other_config, runs_alone):
+        tmp_path, executor, runs_alone):
     out = str(tmp_path / "sweep")
-    args = ["--configs", DEFAULT, other_config, "--seeds", "0-1", "--grid", "actors.precision=fp32,int8-dynamic",
+    args = ["--configs", DEFAULT, "--seeds", "0-1", "--grid", "actors.precision=fp32,int8-dynamic",
             *[a for s in TINY for a in ("--set", s)], "--executor", executor, "--workers", "2", "--out", out,
             "--no-progress"]
     code, _, err = _stop_partway(args, out)
@@ -332,10 +323,10 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_
     assert err.strip().splitlines()[-1] == f"stopped by SIGTERM; resume with: python -m pipelines.sweep --resume {out}"
     sweep = SweepDir(out)
     _, runs = sweep.load()
-    assert len(runs) == 8
+    assert len(runs) == 4
     first = {r.name: sweep.read_status(r.name) for r in runs}
     done_first = [n for n, s in first.items() if s.state == "done"]
-    assert 1 <= len(done_first) < 8, first
+    assert 1 <= len(done_first) < 4, first
     assert all(sweep.finished(n) for n, s in first.items() if s.state == "done")     # nothing done that is not
     assert all(s.state in ("done", "stopped", "pending") for s in first.values()), first
     assert not [s for s in first.values() if s.state == "failed"], first
@@ -359,12 +350,12 @@ def test_a_sweep_stopped_by_sigterm_and_resumed_runs_each_run_once_equal_to_the_
         assert a.keys() == b.keys()
         for k in a:
             assert np.array_equal(a[k], b[k]), f"{name}: parameter {k} differs from the run alone"
-    if executor == "local":      # the report reads the real runs: 4 groups of 2 seeds, its files beside sweep.json
+    if executor == "local":      # the report reads the real runs: 2 groups of 2 seeds, its files beside sweep.json
         from pipelines.report import main as report_main
         assert report_main(["sweep", out]) == 0
         report = json.load(open(os.path.join(out, "report.json")))
-        assert [(g["config"], g["finished"]) for g in report["groups"]] == [("default", 2)] * 2 + [("other", 2)] * 2
-        assert len(report["improvement"]) == 4 and os.path.exists(os.path.join(out, "curves-other.png"))
+        assert [(g["config"], g["finished"]) for g in report["groups"]] == [("default", 2)] * 2
+        assert len(report["improvement"]) == 2 and os.path.exists(os.path.join(out, "curves-default.png"))
 
 
 # -- a run's environment under a Dask worker ------------------------------------------------------------
