@@ -36,14 +36,31 @@ DOCUMENTED_SKIPS: Dict[str, str] = {}
 
 _SKIPPED: List[str] = []
 
-#: Test files by their seconds in CI (``pytest --durations=0`` summed per file; estimates of 2026-12-06, after
-#: the Beam, sweep and study tests were cut; refresh when a file's time changes a lot). Longest first is the classic rule for two workers to finish together.
+#: Test files by their seconds in CI (``pytest --durations=0`` summed per file, every file of 10 s or more;
+#: 2026-12-07, after the sweep tests were cut to 4 runs and R2D2's learner step was XLA-compiled; refresh
+#: when a file's time changes a lot). Longest first is the classic rule for two workers to finish together:
+#: a long file left to the collection order (the pipelines' tests sort last) ran alone at the end.
 LONGEST_FILES: Dict[str, float] = {
-    "tests/pipelines/test_beam_identity.py": 250, "tests/pipelines/test_sweep.py": 150,
-    "tests/pipelines/test_multihost.py": 145, "tests/core/agents/test_r2d2.py": 121,
-    "tests/pipelines/test_resume_identity.py": 69, "tests/pipelines/test_dask_cluster.py": 54,
-    "tests/pipelines/test_collect_offline.py": 47, "tests/pipelines/test_central_plan.py": 46,
-    "tests/benchmarks/test_actorq_study.py": 40, "tests/pipelines/test_beam_stop.py": 40,
+    "tests/pipelines/test_beam_identity.py": 216, "tests/pipelines/test_resume_identity.py": 198,
+    "tests/pipelines/test_multihost.py": 155, "tests/pipelines/test_sweep.py": 110,
+    "tests/core/agents/test_r2d2.py": 93, "tests/pipelines/test_collect_offline.py": 87,
+    "tests/pipelines/test_beam_stop.py": 84, "tests/pipelines/test_central_plan.py": 71,
+    "tests/pipelines/test_dask_cluster.py": 68, "tests/pipelines/test_training.py": 61,
+    "tests/pipelines/test_determinism.py": 55, "tests/pipelines/test_executors.py": 51,
+    "tests/core/inference/test_inference.py": 48, "tests/core/agents/test_r2d2_pixels.py": 41,
+    "tests/core/envs/test_dmc.py": 36, "tests/pipelines/test_sweep_beam.py": 34,
+    "tests/core/replay/test_replay_s3.py": 32, "tests/benchmarks/test_cluster_scale.py": 31,
+    "tests/core/agents/test_d4pg.py": 31, "tests/pipelines/test_beam.py": 22,
+    "tests/pipelines/test_beam_warm_workers.py": 22, "tests/pipelines/test_corruption.py": 22,
+    "tests/benchmarks/test_r2d2_first_step.py": 21, "tests/core/test_native_logs.py": 19,
+    "tests/core/carbon/test_carbon_integration.py": 17, "tests/core/carbon/test_carbon_eit.py": 16,
+    "tests/pipelines/test_run_dir_urls.py": 16, "tests/benchmarks/test_learning_suite.py": 15,
+    "tests/core/dataset/test_export_interop.py": 15, "tests/benchmarks/test_actorq_study.py": 14,
+    "tests/pipelines/test_tf_threads.py": 13, "tests/core/envs/test_atari.py": 13,
+    "tests/core/agents/test_fused_adam.py": 12, "tests/core/replay/test_replay_faults.py": 11,
+    "tests/core/agents/test_vtrace.py": 11, "tests/core/test_run_lock.py": 11,
+    "tests/benchmarks/test_time_to_solve.py": 10, "tests/pipelines/test_cli_errors.py": 10,
+    "tests/pipelines/test_quality_sequences.py": 10,
 }
 
 

@@ -137,3 +137,10 @@ def test_files_are_at_most_400_lines():
         if n > MAX_LINES:
             too_long[os.path.relpath(path, ROOT)] = n
     assert too_long == {}
+
+
+def test_the_suites_longest_files_exist():
+    """tests/conftest.py orders the longest test files first by name: a renamed file would fall silently
+    back to the collection order (and could run alone at the end of a CI run)."""
+    from conftest import LONGEST_FILES
+    assert [f for f in LONGEST_FILES if not os.path.isfile(os.path.join(ROOT, f))] == []

@@ -59,6 +59,8 @@ def configure_threads(cfg) -> Dict[str, Any]:
     process (a matmul splits its reduction per thread): it warns, and the ``placement`` record says which
     pools ran (``learner.tf_threads``). ``{"intra_op", "inter_op"}`` (0: TF's default) and ``as_configured``.
     """
+    from core.native_logs import quiet_tensorflow_import
+    quiet_tensorflow_import()      # wherever the stage runs, an external `dask worker` too: no start-up notices
     import tensorflow as tf
     threading = tf.config.threading
     wanted = {"intra_op": cfg.threads.tf_intra_op, "inter_op": cfg.threads.tf_inter_op}
