@@ -62,6 +62,7 @@ if REPO not in sys.path:   # run as a script or imported by tests: this checkout
     sys.path.insert(0, REPO)
 
 from benchmarks.common import git_state, machine_info  # noqa: E402
+from benchmarks.studies.cluster_scale_plot import plot_record  # noqa: E402
 from benchmarks.studies.cluster_scale_parts import (  # noqa: E402
     ClusterProcesses, ScaleTrainer, SimulatedLearnerStage, ThreadedStage, idle_floor, percentile)
 from pipelines.executors.common import thread_env  # noqa: E402
@@ -306,33 +307,6 @@ def projection(records: List[Dict[str, Any]], block_rows: int, floor: Optional[D
             "central_cost_max_over_min": round(max(costs) / max(min(costs), 1e-12), 3)}
 
 
-def plot(records: List[Dict[str, Any]], path: str, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    ns = [r["n_workers"] for r in records]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    axes[0].plot(ns, [r["env_steps_per_s"] for r in records], "o-", label="measured")
-    one = records[0]["env_steps_per_s"] / records[0]["n_workers"]
-    axes[0].plot(ns, [n * one for n in ns], "--", color="grey", label="N x one actor")
-    axes[0].set(xscale="log", yscale="log", xlabel="actors N", ylabel="env steps/s")
-    axes[1].plot(ns, [100 * (r["efficiency"] or 0) for r in records], "o-")
-    axes[1].axhline(80, ls="--", color="grey")
-    axes[1].set(xscale="log", ylim=(0, 110), xlabel="actors N", ylabel="scaling efficiency %")
-    for key, label in (("driver_cpu_s_per_1k_steps", "driver"), ("scheduler_cpu_s_per_1k_steps", "scheduler"),
-                       ("central_cpu_s_per_1k_steps", "driver + scheduler")):
-        axes[2].plot(ns, [r[key] for r in records], "o-", label=label)
-    axes[2].set(xscale="log", ylim=(0, None), xlabel="actors N", ylabel="CPU s per 1,000 env steps")
-    for ax in (axes[0], axes[2]):
-        ax.legend()
-    for ax in axes:
-        ax.set_xticks(ns, [str(n) for n in ns])
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def table(records: List[Dict[str, Any]]) -> str:
     head = ("   N  procs x thr  tasks/blk   steps/s   eff.  driver ms/1k  sched ms/1k  workers cores (share)  RSS MB  "
             "drv bytes %  commit p50/p99 ms  lag mean/max")
@@ -390,8 +364,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             json.dump(record, f, indent=1)
         print(f"wrote {os.path.relpath(args.out)}")
     if args.plot:
-        plot(records, args.plot, f"cluster scale: {env_id(args)}, {args.block_rows}-row blocks, learner "
-                                 f"{args.learner} on the {args.learner_host}; {machine['cpu']}, {machine['cores']} cores")
+        plot_record(record, args.plot)
         print(f"wrote {os.path.relpath(args.plot)}")
     return 0
 

@@ -93,3 +93,24 @@ def test_a_short_sweep_writes_one_record_per_n_with_its_efficiency(tmp_path):
     assert floor["scheduler_ms_per_s"] >= 0 and floor["seconds"] >= 0.5     # psutil counts in 10 ms ticks
     assert record["projection"]["central_cost_less_idle_max_over_min"] >= 1.0
     assert png.stat().st_size > 0
+
+
+def test_a_record_re_renders_with_the_idle_floor_and_a_bad_one_is_one_line(tmp_path, capsys):
+    from benchmarks.studies import cluster_scale_plot as csp
+    records = [{**_rec(n, 100.0 * n, 0.04 / n, 0.05 / n), "block_rows": 4096, "efficiency": 1.0} for n in (1, 2)]
+    record = {"records": records, "env_id": "waiting:4-float32-200us", "learner": "simulated",
+              "learner_host": "worker", "machine": {"cpu": "X", "cores": 2},
+              "projection": {"idle_floor": {"seconds": 1.0, "scheduler_ms_per_s": 5.0, "client_ms_per_s": 1.0},
+                             "idle_floor_cpu_s_per_1k_steps": [0.06, 0.03]}}
+    path = tmp_path / "scale.json"
+    path.write_text(json.dumps(record))
+    assert csp.main([str(path), str(tmp_path / "scale.png")]) == 0
+    assert (tmp_path / "scale.png").stat().st_size > 0
+    assert csp.title(record) == ("cluster scale: waiting:4-float32-200us, 4096-row blocks, learner simulated on "
+                                 "the worker; X, 2 cores")
+    path.write_text(json.dumps({"records": []}))
+    with pytest.raises(SystemExit) as e:
+        csp.main([str(path), str(tmp_path / "bad.png")])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"{path} is not a cluster-scale record: "
+                                                                     "KeyError: 'projection'")
