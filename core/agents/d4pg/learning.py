@@ -56,6 +56,8 @@ class D4PGLearner:
         self.policy_opt.build(self.policy.trainable_variables)
         self.critic_opt.build(self.critic.trainable_variables)
         self.num_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_steps")
+        # The K-step loop, traced once; XLA (cfg.jit_compile) compiles it for this CPU on the first call.
+        self._train_steps = tf.function(self._k_steps, reduce_retracing=True, jit_compile=cfg.jit_compile)
 
     @property
     def policy_model(self):
@@ -92,8 +94,7 @@ class D4PGLearner:
             for t, s in pairs:
                 t.assign(s)
 
-    @tf.function(reduce_retracing=True)
-    def _train_steps(self, obs, action, reward, discount, next_obs):
+    def _k_steps(self, obs, action, reward, discount, next_obs):
         # K sequential steps in one call: one Python->TF dispatch per K steps.
         k = tf.shape(reward)[0]
         out = [tf.TensorArray(tf.float32, size=k) for _ in range(3)]
