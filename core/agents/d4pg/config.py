@@ -32,9 +32,9 @@ class D4PGConfig:
     sigma_min: float = 0.05            # lowest rung of the per-actor noise ladder
     noise_ladder: int = 0              # 0 = every actor uses sigma; k > 0 = Ape-X-style ladder of k rungs
     prioritized: bool = False          # accepted for sampler symmetry with DQN; uniform is the D4PG default
-    # XLA-compile the K-step loop (critic, policy, targets). On Zen 4 the [256, 256] Pendulum step takes
-    # 0.77x the time (2.85 against 3.7 ms, 1 TF thread), its first call ~1.7 s more: configs turn it on
-    # where the learner bounds the run (pendulum-d4pg.yaml, dmc-cartpole-balance-d4pg.yaml).
+    # XLA-compile the K-step loop (critic, policy, targets); its first call takes ~1.7 s more. On Zen 4 the
+    # learner-bound configs (pendulum-d4pg.yaml, dmc-cartpole-balance-d4pg.yaml) reach their targets in
+    # 0.84x / 0.89x the time over 5 seeds (benchmarks/RESULTS.md), so they turn it on.
     jit_compile: bool = False
 
     def __post_init__(self):

@@ -109,10 +109,11 @@ def test_d4pg_learns_dmc_cartpole_balance(tmp_path):
     """D4PG (int8 actors, local executor) balances dm_control's cartpole within a small budget.
 
     The run follows the deterministic plan, so it reproduces per seed. The
-    shipped config, learning suite 2026-12-01 (commit 366c1b4, seeds 0-4):
-    900 confirmed at 2,048, 6,144, 4,096, 6,144 and 2,048 env steps, final
-    (int8) returns 994.3, 998.3, 951.1, 962.2, 944.8; this test runs seed 0
-    (about 50 s on the loaded 2-core machine). Measured without learning (5
+    shipped config (its learner step XLA-compiled), learning suite 2026-12-07
+    (seeds 0-4): 900 confirmed at 4,096, 2,048, 4,096, 8,192 and 2,048 env
+    steps, final (int8) returns 996.5, 999.7, 976.5, 996.0, 964.3; this test
+    runs seed 1, one of the two quickest (the claim is the 5 seeds), to keep CI
+    short. Measured without learning (5
     episodes, seeds 0-4): uniform random actions score 261-336, the zero action
     706-774, so 900 needs a learned balance.
     """
@@ -120,7 +121,8 @@ def test_d4pg_learns_dmc_cartpole_balance(tmp_path):
     from core.config import load_config
     from pipelines.train import train
     cfg = load_config("configs/dmc-cartpole-balance-d4pg.yaml",
-                      ["executor=local", "total_env_steps=8192", "carbon.backend='off'", "eval.stop_at_target=true"])
+                      ["executor=local", "total_env_steps=8192", "carbon.backend='off'", "eval.stop_at_target=true",
+                       "seed=1"])
     summary = train(cfg, str(tmp_path / "run"), progress=False)
     assert summary["best_eval_return"] >= 900, summary
     assert summary["final_eval"]["int8-dynamic"]["mean"] >= 900, summary
