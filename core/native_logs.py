@@ -25,7 +25,7 @@ import importlib.util
 import os
 import sys
 import threading
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 #: Substrings of the start-up notices dropped (each a whole line of its own).
 NOTICES = (
@@ -39,6 +39,11 @@ _lock = threading.RLock()     # one block at a time per process (a nested block 
 
 def _is_notice(line: bytes) -> bool:
     return any(n in line for n in _NOTICE_BYTES)
+
+
+def notices_in(text: str) -> List[str]:
+    """The lines of ``text`` (a process's captured output or log) that are start-up notices."""
+    return [line for line in text.splitlines() if _is_notice(line.encode())]
 
 
 def _forward(read_fd: int, out_fd: int) -> None:

@@ -67,7 +67,7 @@ def test_the_quickstarts_run_prints_none_of_the_notices(tmp_path):
                           "--no-progress", "--set", "total_env_steps=2048", "--set", "carbon.backend=off"],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    noticed = [line for line in (out.stdout + out.stderr).splitlines() if any(n in line for n in native_logs.NOTICES)]
+    noticed = native_logs.notices_in(out.stdout + out.stderr)
     assert not noticed, noticed
 
 
