@@ -245,20 +245,38 @@ class _Drop:
         return not record.getMessage().startswith(self.prefix)
 
 
+def _is_the_server_shutdown_race(args) -> bool:
+    error, thread_suffix, message = _SERVER_SHUTDOWN_RACE
+    name = args.thread.name if args.thread is not None else ""
+    return (issubclass(args.exc_type, error) and name.endswith(thread_suffix)
+            and str(args.exc_value).startswith(message))
+
+
+def _ignore_the_server_shutdown_race() -> None:
+    """Drop :data:`_SERVER_SHUTDOWN_RACE` for the rest of the process (installed once). Not scoped to a round:
+    the server's thread can raise after the runner's ``stop()`` returned and the round's scope has closed."""
+    hook = threading.excepthook
+    if getattr(hook, "drops_the_server_shutdown_race", False):
+        return
+
+    def excepthook(args) -> None:
+        if not _is_the_server_shutdown_race(args):
+            hook(args)
+    excepthook.drops_the_server_shutdown_race = True
+    threading.excepthook = excepthook
+
+
 @contextlib.contextmanager
 def _quiet_about_a_lost_worker() -> Iterator[None]:
     import logging
 
     import grpc
+    _ignore_the_server_shutdown_race()
     hook = threading.excepthook
 
     def excepthook(args) -> None:
         name = args.thread.name if args.thread is not None else ""
-        lost_stream = issubclass(args.exc_type, grpc.RpcError) and name in _STREAM_READERS
-        error, thread_suffix, message = _SERVER_SHUTDOWN_RACE
-        shutdown_race = (issubclass(args.exc_type, error) and name.endswith(thread_suffix)
-                         and str(args.exc_value).startswith(message))
-        if not (lost_stream or shutdown_race):
+        if not (issubclass(args.exc_type, grpc.RpcError) and name in _STREAM_READERS):
             hook(args)
     filters = [(logging.getLogger(name), _Drop(prefix)) for name, prefix in _LOST_STREAM_LOGS.items()]
     threading.excepthook = excepthook

@@ -141,3 +141,29 @@ def test_a_process_that_dies_during_a_round_ends_the_round_with_worker_lost(tmp_
         with pytest.raises(warm_workers.WorkerLost, match=r"died during a round \(exit status -9\)"):
             beam_executor.run_pipeline(
                 lambda p: p | beam.Create([0]) | beam.Map(lambda _: os.kill(os.getpid(), signal.SIGKILL)), opts)
+
+
+def test_the_grpc_server_shutdown_race_is_dropped_for_good_and_other_thread_errors_still_print(monkeypatch):
+    """gRPC's server thread can raise "server must be started and not shutting down" after the runner stopped
+    that server following a lost worker, after the round's scope closed (seen in test_beam_stop's lost worker):
+    the hook that drops it stays for the process, is installed once, and passes every other error on."""
+    import threading
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append((args.thread.name, str(args.exc_value))))
+
+    def raise_in(name, error):
+        def target():
+            raise error
+        t = threading.Thread(target=target, name=name)
+        t.start()
+        t.join()
+
+    warm_workers._ignore_the_server_shutdown_race()
+    warm_workers._ignore_the_server_shutdown_race()                    # idempotent: one hook, not two
+    assert getattr(threading.excepthook, "drops_the_server_shutdown_race", False)
+    raise_in("Thread-1 (_serve)", ValueError("server must be started and not shutting down"))
+    assert seen == []
+    raise_in("Thread-2 (_serve)", ValueError("another error"))
+    raise_in("Thread-3 (work)", ValueError("server must be started and not shutting down"))
+    assert seen == [("Thread-2 (_serve)", "another error"),
+                    ("Thread-3 (work)", "server must be started and not shutting down")]
