@@ -124,7 +124,8 @@ def test_offline_resume_bad_input_is_one_line_and_writes_nothing(solved_run, exp
 #: 2,048 learner steps in 4 blocks of 512; checkpoints at 1,024 and 2,048 steps; evaluations after blocks 1 and 3
 #: (so the resumed segment evaluates); no early stop.
 RESUME_SETTINGS = ["total_env_steps=4096", "eval.every_env_steps=2048", "eval.episodes=10",
-                   "eval.confirm_episodes=0", "eval.stop_at_target=false", "checkpoint.every_steps=1000"]
+                   "eval.confirm_episodes=0", "eval.stop_at_target=false", "checkpoint.every_steps=1000",
+                   "learner.replay_ratio=0.5"]
 
 
 def _learner_state(run_dir, which="checkpoints"):

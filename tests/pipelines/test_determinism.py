@@ -19,8 +19,10 @@ import pytest
 
 from core.config import load_config
 
+#: 4 blocks of 1,024 rows, 512 learner steps each: these tests check the plan's mechanics at the replay ratio they
+#: were laid out with (0.5), not the default's (0.25, chosen for learning speed).
 SETTINGS = ["total_env_steps=4096", "eval.every_env_steps=2048", "eval.episodes=10", "eval.confirm_episodes=0",
-            "checkpoint.every_steps=1000"]
+            "checkpoint.every_steps=1000", "learner.replay_ratio=0.5"]
 
 
 def _run(tmp_path, name, executor, overrides=()):

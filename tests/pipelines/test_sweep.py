@@ -30,7 +30,7 @@ DEFAULT = os.path.join(REPO, "configs", "default.yaml")
 #: last block is no stop). No energy tracker: its thread and start-up are no part of what these tests prove.
 TINY = ["total_env_steps=2048", "actors.steps_per_task=8", "replay.shard_max_rows=256", "replay.min_size=256",
         "eval.every_env_steps=512", "eval.episodes=3", "eval.confirm_episodes=0", "checkpoint.every_steps=128",
-        "actors.broadcast_period=64", "carbon.backend=off"]
+        "actors.broadcast_period=64", "carbon.backend=off", "learner.replay_ratio=0.5"]
 #: learner steps of a TINY run (replay ratio 0.5)
 TINY_LEARNER_STEPS = 1024
 

@@ -41,6 +41,7 @@ EXPECTED = {
     "default-candidates.yml": [f"{c}__s{s}" for c in ("base", "h128", "h64", "rr025", "h128-rr025", "h64-rr1",
                                                        "h128-eval2k", "h128-bp100", "h128-eps4k") for s in range(10)],
     "default-candidates-eps.yml": [f"{c}__s{s}" for c in ("base", "eps4k", "eps4k-rr025") for s in range(10)],
+    "default-candidates-rr.yml": [f"{c}__s{s}" for c in ("base", "rr0375", "rr025", "rr0125") for s in range(10)],
 }
 
 

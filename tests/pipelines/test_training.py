@@ -15,7 +15,7 @@ import pytest
 from core.config import load_config
 
 SMALL = ["total_env_steps=3000", "replay.min_size=500", "eval.every_env_steps=1500",
-         "checkpoint.every_steps=200", "actors.broadcast_period=100"]
+         "checkpoint.every_steps=200", "actors.broadcast_period=100", "learner.replay_ratio=0.5"]
 
 
 def _train(tmp_path, name, overrides, executor="local", resume=False):
@@ -143,7 +143,8 @@ from pipelines.train import main
 sys.exit(main(sys.argv[3:]))
 """
 KILL_RUN = ["--executor", "local", "--no-progress", "--set", "total_env_steps=4096",
-            "--set", "eval.every_env_steps=2048", "--set", "eval.episodes=5", "--set", "eval.confirm_episodes=0"]
+            "--set", "eval.every_env_steps=2048", "--set", "eval.episodes=5", "--set", "eval.confirm_episodes=0",
+            "--set", "learner.replay_ratio=0.5"]
 
 
 def _replay_is_each_task_once(run_dir):
@@ -197,8 +198,9 @@ def test_resume_after_kill_9_commits_every_task_once(tmp_path, where, n, every):
 @pytest.mark.timeout(300)
 def test_resume_with_a_cache_smaller_than_the_checkpoint_trains_on(tmp_path):
     """Issue 13 item 4: replay.capacity below the rows the checkpoint saw used to hang forever."""
-    first, run_dir = _train(tmp_path, "small", ["replay.capacity=1024", "total_env_steps=2048"])
-    resumed, _ = _train(tmp_path, "small", ["replay.capacity=1024", "total_env_steps=2560"], resume=True)
+    small = ["replay.capacity=1024", "learner.replay_ratio=0.5"]
+    first, run_dir = _train(tmp_path, "small", [*small, "total_env_steps=2048"])
+    resumed, _ = _train(tmp_path, "small", [*small, "total_env_steps=2560"], resume=True)
     assert (first["env_steps"], resumed["env_steps"]) == (2048, 3072)
     assert resumed["learner_steps"] == 1536
 
