@@ -2,7 +2,9 @@
 from setuptools import find_packages, setup
 
 # Optional parts, one list each, reused by the `test` extra.
-DMC = ["dm-control>=1.0.50", "mujoco>=3.17,<4"]  # mujoco 4.0.0 breaks dm_control (MjModel.flex_vertedge)
+# mujoco 4.0.0 breaks dm-control 1.0.50 (MjModel.flex_vertedge); dm-control 1.0.52 needs mujoco >= 4.0.1, so it is
+# bounded too: left open, a fresh install fetched 1.0.52 and backtracked (.ci/run warned, 2026-12-08).
+DMC = ["dm-control>=1.0.50,<1.0.52", "mujoco>=3.17,<4"]
 ATARI = ["ale-py>=0.12"]                           # the ROMs ship inside the wheel
 XARRAY = ["xarray"]
 DATAFLOW = ["apache-beam[gcp]>=2.77"]              # DataflowRunner job requests (tests translate with --dry_run)
