@@ -144,7 +144,7 @@ class Trainer(BlockTasks, EvaluationSteps, PolicyVersions, InProcessParts):
         client = getattr(self.executor, "client", None)
         return InProcessStage(LearnerStage(cfg, self.run_dir, dask_client=client,
                                            async_versions=not getattr(self.executor, "deterministic", False)),
-                              self.executor, on_thread=True)
+                              self.executor)
 
     def _placement(self) -> Dict[str, Any]:
         """Where the learner and each actor run (the ``placement`` record of metrics.jsonl)."""

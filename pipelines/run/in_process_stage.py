@@ -6,7 +6,7 @@ placed in this process, the default (``learner.resources: {}``); the Dask handle
 holds, so the driver steers either the same way::
 
     stage = InProcessStage(LearnerStage(cfg, run_dir), executor)
-    fut = stage.call("learn_block", b, target, publish, keep)   # a done future (on_thread: one in flight)
+    fut = stage.call("learn_block", b, target, publish, keep)   # a done future, as local submit returns
     out = stage.run("new_version", 2, [], True)                 # the result itself
     ref = stage.publish(2)                                      # the executor's broadcast of the payload
 
@@ -37,46 +37,19 @@ class InProcessParts:
                                lambda self, q: setattr(self.stage.obj, "async_quantizer", q))
 
 
-class StageThreadCall:
-    """One call on the stage's thread: ``done``, ``wait(timeout)``, ``result``, as a placed stage's call."""
-
-    def __init__(self, inner: concurrent.futures.Future):
-        self.inner = inner
-
-    def done(self) -> bool:
-        return self.inner.done()
-
-    def wait(self, timeout: float) -> None:
-        concurrent.futures.wait([self.inner], timeout=timeout)
-
-    def result(self) -> Any:
-        return self.inner.result()
-
-
 class InProcessStage:
     """A stage object in this process, behind the handle calls every placement offers.
 
-    By default ``call`` runs the method at once and returns a done future (like
-    the local executor's submit). With ``on_thread`` every call and ``run`` goes
-    to one thread of the stage's own, in order, the way a placed stage's calls
-    run one at a time in its worker's actor thread: ``call`` returns while a
-    learner block trains, so the driver commits, submits and logs beside it
-    (the same overlap a stage on a worker gives; the plan fixes what each call
-    computes, so the run is the same). ``publish`` hands a version's payload to
-    the executor's ``broadcast``; ``published`` and ``publish`` read a published
-    payload directly, even while the thread trains (as the Dask handle's
-    ``_payload_on_worker``). The Dask handle (``DaskExecutor.place``) offers the
-    same calls for a stage held by a worker.
+    ``call`` runs the method at once and returns a done future (like the
+    local executor's submit); ``publish`` hands a version's payload to the
+    executor's ``broadcast``. The Dask handle (``DaskExecutor.place``) offers
+    the same calls for a stage held by a worker.
     """
 
-    def __init__(self, obj, executor, on_thread: bool = False):
+    def __init__(self, obj, executor):
         self.obj, self.executor = obj, executor
-        self._thread = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="learner-stage")
-                        if on_thread else None)
 
-    def call(self, method: str, *args: Any, **kwargs: Any):
-        if self._thread is not None:
-            return StageThreadCall(self._thread.submit(getattr(self.obj, method), *args, **kwargs))
+    def call(self, method: str, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
             future.set_result(getattr(self.obj, method)(*args, **kwargs))
@@ -85,8 +58,6 @@ class InProcessStage:
         return future
 
     def run(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self._thread is not None:
-            return self.call(method, *args, **kwargs).result()
         return getattr(self.obj, method)(*args, **kwargs)
 
     address = None     # no worker holds it
@@ -103,6 +74,4 @@ class InProcessStage:
         return f"{socket.gethostname()} pid {os.getpid()} (driver process)"
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._thread.shutdown(wait=True)     # a block in flight ends first
         self.obj.close()
